@@ -1,0 +1,208 @@
+// Command api is the oncepay service: the HTTP API and its operator commands.
+//
+//	api serve                              run the API (the default)
+//	api migrate up|down [N]|version        manage the schema
+//	api tenants create --slug S --name N   create a tenant, print its key once
+//	api version                            print the build version
+//
+// Configuration comes from environment variables; see the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tenants"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `Usage: api <command> [arguments]
+
+Commands:
+  serve                               run the HTTP API (default)
+  migrate up                          apply all pending migrations
+  migrate down [N]                    revert the last N migrations (default 1)
+  migrate version                     print the applied schema version
+  tenants create --slug S [--name N]  create a tenant and print its API key once
+  version                             print the build version
+
+Configuration is read from environment variables (DATABASE_URL, HTTP_ADDR,
+DEMO_MODE, ...); the README lists them all.
+`
+
+// errUsage marks a command line that could not be understood.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, getenv, stdout, stderr)
+	case "migrate":
+		return migrate(args, getenv, stdout)
+	case "tenants":
+		return tenantsCmd(ctx, args, getenv, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogLevel)
+	a, err := app.New(ctx, cfg, logger, time.Now)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	url := "http://" + ln.Addr().String()
+	logger.Info("listening", "url", url, "demo_mode", cfg.DemoMode, "version", version())
+	fmt.Fprintf(stdout, "oncepay is ready at %s\n", url)
+	if cfg.DemoMode {
+		for _, t := range tenants.DemoTenants() {
+			fmt.Fprintf(stdout, "  demo tenant %-7s  Authorization: Bearer %s\n", t.Slug, t.APIKey)
+		}
+		fmt.Fprintf(stdout, "  try: curl -s %s/v1/products -H 'Authorization: Bearer sk_test_acme'\n", url)
+	}
+	return a.Serve(ctx, ln)
+}
+
+func migrate(args []string, getenv func(string) string, stdout io.Writer) error {
+	url := getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("DATABASE_URL is required")
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("%w: migrate up|down [N]|version", errUsage)
+	}
+	m, err := postgres.NewMigrator(url)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	switch args[0] {
+	case "up":
+		if err := m.Up(); err != nil {
+			return err
+		}
+	case "down":
+		n := 1
+		if len(args) > 1 {
+			if n, err = strconv.Atoi(args[1]); err != nil || n < 1 {
+				return fmt.Errorf("%w: migrate down N wants a positive number", errUsage)
+			}
+		}
+		if err := m.Down(n); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		return fmt.Errorf("%w: migrate up|down [N]|version", errUsage)
+	}
+	v, dirty, err := m.Version()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema version %d (dirty: %t)\n", v, dirty)
+	return nil
+}
+
+func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return fmt.Errorf("%w: tenants create --slug S [--name N]", errUsage)
+	}
+	fs := flag.NewFlagSet("tenants create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	slug := fs.String("slug", "", "tenant identifier (lowercase letters, digits, dashes)")
+	name := fs.String("name", "", "display name (defaults to the slug)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if !validSlug(*slug) {
+		return fmt.Errorf("%w: --slug must be 2-40 lowercase letters, digits or dashes", errUsage)
+	}
+	if *name == "" {
+		*name = *slug
+	}
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(ctx, cfg, newLogger(stderr, cfg.LogLevel), time.Now)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	t, key, err := a.Tenants.Create(ctx, *slug, *name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "tenant %s created (id %s)\nAPI key (shown once, store it now): %s\n", t.Slug, t.ID, key)
+	return nil
+}
+
+func validSlug(s string) bool {
+	if len(s) < 2 || len(s) > 40 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return bi.Main.Version + " " + s.Value
+			}
+		}
+		return bi.Main.Version
+	}
+	return "unknown"
+}

@@ -1,0 +1,42 @@
+-- name: ProductList :many
+SELECT * FROM products WHERE tenant_id = $1 ORDER BY sku;
+
+-- name: ProductGetMany :many
+-- ProductGetMany returns the tenant's products with the given SKUs.
+SELECT * FROM products WHERE tenant_id = $1 AND sku = ANY(@skus::text[]);
+
+-- name: OrderInsert :one
+-- OrderInsert inserts an order unless the tenant already has one for
+-- this idempotency key; then it returns no row (pgx.ErrNoRows).
+INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: OrderItemsInsert :exec
+-- OrderItemsInsert inserts all lines of an order in one statement.
+INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT @order_id::uuid,
+       unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),
+       unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[]);
+
+-- name: OrderGet :one
+SELECT * FROM orders WHERE tenant_id = $1 AND id = $2;
+
+-- name: OrderGetByIdempotencyKey :one
+SELECT * FROM orders WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: OrderItemsGet :many
+SELECT * FROM order_items WHERE order_id = $1 ORDER BY line;
+
+-- name: OrderItemsGetMany :many
+SELECT * FROM order_items WHERE order_id = ANY(@order_ids::uuid[]) ORDER BY order_id, line;
+
+-- name: OrderListNewest :many
+-- OrderListNewest lists a tenant's orders newest first, after the keyset
+-- cursor (created_at, id) when one is given.
+SELECT * FROM orders
+WHERE tenant_id = @tenant_id
+  AND (NOT @has_cursor::bool OR (created_at, id) < (@cursor_created_at::timestamptz, @cursor_id::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT @max_rows;

@@ -1,0 +1,127 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the process configuration, read from environment variables (the
+// README lists them). Every field has a default that makes `make run` work.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection URL (DATABASE_URL, required).
+	DatabaseURL string
+	// HTTPAddr is where the API listens (HTTP_ADDR, default 127.0.0.1:8080).
+	HTTPAddr string
+	// DemoMode seeds the demo tenants acme and globex with their well-known
+	// keys (DEMO_MODE, default false: never on unless asked for).
+	DemoMode bool
+	// AutoMigrate applies pending migrations at start (AUTO_MIGRATE, default true).
+	AutoMigrate bool
+	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
+	LogLevel slog.Level
+	// DBMaxConns bounds the connection pool (DB_MAX_CONNS, default 20).
+	DBMaxConns int32
+	// DBLockTimeout bounds every lock wait, and so how long a concurrent
+	// duplicate request waits for the first one before it gets 409
+	// request_in_progress (DB_LOCK_TIMEOUT, default 2s).
+	DBLockTimeout time.Duration
+	// WriteTimeout bounds a started write; it runs to its end even when the
+	// client disconnects (WRITE_TIMEOUT, default 10s).
+	WriteTimeout time.Duration
+	// IdempotencyLease protects a pending claim of a multi-phase operation
+	// (IDEMPOTENCY_LEASE, default 30s).
+	IdempotencyLease time.Duration
+	// AuthCacheTTL is how long a verified API key is cached (AUTH_CACHE_TTL,
+	// default 30s; 0 disables).
+	AuthCacheTTL time.Duration
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
+	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
+	ShutdownTimeout time.Duration
+}
+
+// ConfigFromEnv reads the configuration. It reports every bad variable at
+// once, so a misconfigured deployment is fixed in one round.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	r := envReader{getenv: getenv}
+	c := Config{
+		DatabaseURL:      getenv("DATABASE_URL"),
+		HTTPAddr:         r.str("HTTP_ADDR", "127.0.0.1:8080"),
+		DemoMode:         r.boolean("DEMO_MODE", false),
+		AutoMigrate:      r.boolean("AUTO_MIGRATE", true),
+		LogLevel:         r.level("LOG_LEVEL", slog.LevelInfo),
+		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)),
+		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
+		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),
+		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", 30*time.Second),
+		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", 30*time.Second),
+		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+	}
+	if c.DatabaseURL == "" {
+		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))
+	}
+	return c, errors.Join(r.errs...)
+}
+
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *envReader) str(name, def string) string {
+	if v := r.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *envReader) boolean(name string, def bool) bool {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want true or false", name, v))
+	}
+	return b
+}
+
+func (r *envReader) integer(name string, def, lo, hi int) int {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want an integer from %d to %d", name, v, lo, hi))
+	}
+	return n
+}
+
+func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a duration such as 2s or 45m", name, v))
+	}
+	return d
+}
+
+func (r *envReader) level(name string, def slog.Level) slog.Level {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(v))); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want debug, info, warn or error", name, v))
+	}
+	return l
+}

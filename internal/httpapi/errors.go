@@ -1,0 +1,71 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// errorHandler is echo's HTTPErrorHandler: the one place where an error
+// becomes a response. A 5xx body says nothing internal; the log says
+// everything.
+func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		pe := toProblem(err)
+		status := problem.Status(pe.Code)
+		if status >= 500 {
+			logger.ErrorContext(c.Request().Context(), "request failed",
+				"error", err.Error(),
+				"request_id", c.Response().Header().Get(echo.HeaderXRequestID),
+				"method", c.Request().Method, "path", c.Request().URL.Path)
+			if pe.Code == problem.Internal {
+				pe = &problem.Error{Code: problem.Internal, Detail: "Something went wrong on our side. It was logged; retrying with the same Idempotency-Key is safe."}
+			}
+		}
+		if c.Response().Committed {
+			return
+		}
+		h := c.Response().Header()
+		h.Set(echo.HeaderContentType, problem.ContentType)
+		if pe.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.Itoa(int(pe.RetryAfter.Seconds())))
+		}
+		c.Response().WriteHeader(status)
+		if c.Request().Method != http.MethodHead {
+			_, _ = c.Response().Write(pe.JSON())
+		}
+	}
+}
+
+// toProblem classifies err: an application error as it is, echo's own
+// routing and limit errors by status, everything else as internal.
+func toProblem(err error) *problem.Error {
+	var pe *problem.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			return problem.New(problem.NotFound, "No such resource.")
+		case http.StatusMethodNotAllowed:
+			return problem.New(problem.MethodNotAllowed, "This method is not allowed on this resource.")
+		case http.StatusRequestEntityTooLarge:
+			return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
+		case http.StatusUnsupportedMediaType:
+			return problem.New(problem.UnsupportedMediaType, "Send application/json.")
+		case http.StatusUnauthorized:
+			return problem.New(problem.Unauthorized, "The API key is not valid.")
+		case http.StatusBadRequest:
+			return &problem.Error{Code: problem.InvalidJSON, Detail: "The request could not be read.", Err: err}
+		}
+	}
+	return &problem.Error{Code: problem.Internal, Detail: "internal error", Err: fmt.Errorf("unclassified: %w", err)}
+}

@@ -1,0 +1,65 @@
+// Package httpapi is the HTTP surface of the service: every route in one
+// file, the middleware chain, and the one place where errors become
+// application/problem+json responses.
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/oncepay/oncepay/internal/orders"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/wire"
+)
+
+// MaxBodyBytes bounds request bodies; larger ones get 413 request_too_large.
+const MaxBodyBytes = 64 << 10
+
+// Deps are the parts the routes call.
+type Deps struct {
+	Logger  *slog.Logger
+	Pool    *pgxpool.Pool
+	Tenants *tenants.Service
+	Orders  *orders.Handler
+	Events  *outbox.Handler
+}
+
+// New returns the service's HTTP handler.
+func New(d Deps) *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = errorHandler(d.Logger)
+	// Recover turns a panic into a 500 problem and a log line, never a dead
+	// process; it runs inside the logger so the 500 is logged.
+	e.Use(
+		middleware.RequestID(),
+		requestLogger(d.Logger),
+		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
+		middleware.BodyLimit("64K"),
+	)
+
+	e.GET("/healthz", healthz)
+	e.GET("/readyz", readyz(d.Pool))
+
+	// Authentication is attached per route, not to the group: echo turns
+	// group middleware into catch-all routes, which would hide 405s.
+	auth := tenants.Middleware(d.Tenants)
+	v1 := e.Group("/v1")
+	v1.GET("/products", d.Orders.Products, auth)
+	v1.POST("/orders", d.Orders.Create, auth)
+	v1.GET("/orders", d.Orders.List, auth)
+	v1.GET("/orders/:id", d.Orders.Get, auth)
+	v1.GET("/events", d.Events.List, auth)
+
+	return e
+}
+
+func healthz(c echo.Context) error {
+	return wire.JSON(c, http.StatusOK, map[string]string{"status": "ok"})
+}

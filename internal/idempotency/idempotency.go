@@ -1,0 +1,403 @@
+// Package idempotency makes a POST safe to repeat: the same business intent,
+// sent any number of times, has its effect once and always gets the same
+// answer.
+//
+// It implements rules 1 to 5 of the service. A key names a business intent
+// (rule 1) and is scoped by tenant and operation (rule 2). The claim on a key
+// is a row in api_idempotency written by the service's own transaction, the
+// one that also writes the business mutation, the outbox row and the stored
+// response (rule 3); the primary key decides races, never a check-then-act.
+// The same key with another request fingerprint is refused (rule 4). Records
+// live for a per-operation retention that covers the business process's whole
+// replay horizon (rule 5; Policy).
+//
+// It is an explicit step inside a service's transaction, not a middleware:
+//
+//	postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+//		claim, err := store.Begin(ctx, tx, req)    // claim or wait or refuse
+//		if err != nil { return err }
+//		if claim.Replay != nil { resp = *claim.Replay; return nil }
+//		... the mutation and its outbox row ...
+//		resp, err = claim.Finish(ctx, tx, response, resource)
+//		return err
+//	})
+//
+// Operations with an external side effect (a charge at the provider) commit a
+// pending claim first, call out with a key derived from the record, and finish
+// in a second transaction (Checkpoint, Begin with an expired lease resumes).
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Response headers of the contract.
+const (
+	// HeaderReplayed marks an answer that was stored earlier and sent again.
+	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderExpires tells the client until when the key's record is kept: an
+	// HTTP-date (RFC 9110). Until then a retry is answered from the record; after
+	// it, business-level uniqueness still prevents a second effect.
+	HeaderExpires = "Idempotency-Expires"
+)
+
+// Operation names what a key is scoped to, besides the tenant (rule 2).
+type Operation string
+
+// The operations of the HTTP contract.
+const (
+	OpOrdersCreate   Operation = "orders.create"
+	OpPaymentsCreate Operation = "payments.create"
+	OpRefundsCreate  Operation = "refunds.create"
+)
+
+// Record states.
+const (
+	StatePending   = "pending"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
+)
+
+// RecoveryPointStarted is the recovery point of a fresh claim.
+const RecoveryPointStarted = "started"
+
+// Policy says how long the records of each operation are kept after they
+// finish. It must cover the longest horizon over which the same intent may be
+// sent again: for money, settlement and disputes (45 days), not the few
+// minutes a queue deduplicates (rule 5).
+type Policy map[Operation]time.Duration
+
+// MoneyRetention is how long records of money operations are kept.
+const MoneyRetention = 45 * 24 * time.Hour
+
+// DefaultPolicy is the retention of docs/CONTRACT.md. orders.create keeps its
+// records 7 days, well past any client's retry loop; after that, the order's
+// own unique (tenant, idempotency key) still returns the original order.
+func DefaultPolicy() Policy {
+	return Policy{
+		OpOrdersCreate:   7 * 24 * time.Hour,
+		OpPaymentsCreate: MoneyRetention,
+		OpRefundsCreate:  MoneyRetention,
+	}
+}
+
+// Request is one attempt to execute an operation under a key.
+type Request struct {
+	TenantID    uuid.UUID
+	Operation   Operation
+	Key         Key
+	Fingerprint Fingerprint
+	// RequestID identifies the transport attempt, for tracing only (rule 1):
+	// it is stored with the claim and logged, never used for deduplication.
+	RequestID string
+}
+
+// Response is an outcome as the client sees it: stored once, sent as is on the
+// first answer and on every replay.
+type Response struct {
+	Status      int
+	ContentType string
+	Location    string
+	Body        []byte
+	// ExpiresAt is when the record may be deleted (HeaderExpires).
+	ExpiresAt time.Time
+	// Replayed is set when the response comes from an earlier execution.
+	Replayed bool
+}
+
+// Write sends r. The body bytes are the stored ones, so a replay is
+// byte-identical to the first answer.
+func (r Response) Write(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", r.ContentType)
+	if r.Location != "" {
+		h.Set("Location", r.Location)
+	}
+	if !r.ExpiresAt.IsZero() {
+		h.Set(HeaderExpires, r.ExpiresAt.UTC().Format(http.TimeFormat))
+	}
+	if r.Replayed {
+		h.Set(HeaderReplayed, "true")
+	}
+	w.WriteHeader(r.Status)
+	_, err := w.Write(r.Body)
+	return err
+}
+
+// Resource names what an execution created, stored beside the response.
+type Resource struct {
+	Type string
+	ID   uuid.UUID
+}
+
+// Store claims, finishes and looks up idempotency records.
+type Store struct {
+	policy Policy
+	lease  time.Duration
+	now    func() time.Time
+}
+
+// NewStore returns a Store. lease is how long a pending claim of a multi-phase
+// operation is protected; after it, a retry or the recoverer may take the
+// claim over and resume from its recovery point.
+func NewStore(policy Policy, lease time.Duration, now func() time.Time) *Store {
+	return &Store{policy: policy, lease: lease, now: now}
+}
+
+// Lease returns the lease of pending claims.
+func (s *Store) Lease() time.Duration { return s.lease }
+
+// retention returns how long records of op are kept.
+func (s *Store) retention(op Operation) (time.Duration, error) {
+	d, ok := s.policy[op]
+	if !ok || d <= 0 {
+		return 0, fmt.Errorf("idempotency: no retention for operation %q", op)
+	}
+	return d, nil
+}
+
+// Claim is the right to execute a request, or the stored outcome when the
+// request has run already. It is valid in the transaction that made it.
+type Claim struct {
+	store *Store
+	req   Request
+	// Replay is the stored final outcome when the key has one. The caller
+	// returns it and does nothing else.
+	Replay *Response
+	// RecoveryPoint is the last phase a previous attempt committed
+	// (RecoveryPointStarted for a new claim).
+	RecoveryPoint string
+	// Resumed reports that the claim took over a pending record whose
+	// owner's lease had run out (a crashed or abandoned attempt).
+	Resumed bool
+	// CreatedAt is when the record was first claimed.
+	CreatedAt time.Time
+	// ResourceID is the resource recorded by an earlier phase, if any.
+	ResourceID *uuid.UUID
+}
+
+// Begin claims r's key inside tx. The outcomes:
+//   - new key: a pending claim (Replay nil, Resumed false); the caller executes.
+//   - final record with the same fingerprint: Replay holds the stored response.
+//   - any record with another fingerprint: problem idempotency_key_reused.
+//   - pending record whose lease is live: problem request_in_progress with
+//     Retry-After; nothing was done.
+//   - pending record whose lease ran out: the claim is taken over (Resumed).
+//
+// A concurrent transaction that claimed the same key and has not committed
+// makes Begin wait for it (at most the pool's lock_timeout); then Begin sees
+// the committed outcome, or a free key if that transaction rolled back.
+func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, error) {
+	q := dbsqlc.New(tx)
+	now := s.now().UTC().Truncate(time.Microsecond)
+	retention, err := s.retention(r.Operation)
+	if err != nil {
+		return nil, err
+	}
+	leaseUntil := now.Add(s.lease)
+	row, err := q.IdempotencyInsert(ctx, dbsqlc.IdempotencyInsertParams{
+		TenantID:       r.TenantID,
+		Operation:      string(r.Operation),
+		IdempotencyKey: string(r.Key),
+		RequestHash:    r.Fingerprint[:],
+		LockedUntil:    &leaseUntil,
+		RequestID:      r.RequestID,
+		CreatedAt:      now,
+		ExpiresAt:      now.Add(retention),
+	})
+	switch {
+	case err == nil:
+		return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt}, nil
+	case postgres.IsLockTimeout(err):
+		return nil, inProgress(time.Second, err)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+
+	row, err = q.IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
+		TenantID: r.TenantID, Operation: string(r.Operation), IdempotencyKey: string(r.Key),
+	})
+	switch {
+	case postgres.IsLockTimeout(err):
+		return nil, inProgress(time.Second, err)
+	case errors.Is(err, pgx.ErrNoRows):
+		// The record was deleted between our insert and our read (the
+		// sweeper). Treat it as a transient conflict; the retry claims anew.
+		return nil, inProgress(time.Second, err)
+	case err != nil:
+		return nil, fmt.Errorf("lock idempotency record: %w", err)
+	}
+	if Fingerprint(row.RequestHash) != r.Fingerprint {
+		return nil, reused()
+	}
+	if row.State != StatePending {
+		resp, err := storedResponse(row)
+		if err != nil {
+			return nil, err
+		}
+		return &Claim{store: s, req: r, Replay: &resp, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}, nil
+	}
+	if row.LockedUntil != nil && row.LockedUntil.After(now) {
+		return nil, inProgress(row.LockedUntil.Sub(now), nil)
+	}
+	// The previous owner's lease ran out: take the claim over.
+	if err := q.IdempotencyCheckpoint(ctx, dbsqlc.IdempotencyCheckpointParams{
+		RecoveryPoint:  row.RecoveryPoint,
+		LockedUntil:    &leaseUntil,
+		Now:            now,
+		TenantID:       r.TenantID,
+		Operation:      string(r.Operation),
+		IdempotencyKey: string(r.Key),
+	}); err != nil {
+		return nil, fmt.Errorf("renew idempotency lease: %w", err)
+	}
+	return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}, nil
+}
+
+// Lookup returns the stored final outcome for r without taking any lock, or
+// nil when there is none (no record, or one still pending). It is the replay
+// fast path, taken before a write transaction is opened: final records never
+// change, so reading one without a lock is safe, and Lookup never acts on the
+// absence of a record (Begin decides that, under the primary key).
+func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Response, error) {
+	row, err := dbsqlc.New(db).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
+		TenantID: r.TenantID, Operation: string(r.Operation), IdempotencyKey: string(r.Key),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up idempotency record: %w", err)
+	}
+	if Fingerprint(row.RequestHash) != r.Fingerprint {
+		return nil, reused()
+	}
+	if row.State == StatePending {
+		return nil, nil
+	}
+	resp, err := storedResponse(row)
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Checkpoint records that a phase of a multi-phase operation committed, and
+// renews the lease. It runs in the transaction of that phase.
+func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string) error {
+	now := c.store.now().UTC().Truncate(time.Microsecond)
+	leaseUntil := now.Add(c.store.lease)
+	err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, dbsqlc.IdempotencyCheckpointParams{
+		RecoveryPoint:  recoveryPoint,
+		LockedUntil:    &leaseUntil,
+		Now:            now,
+		TenantID:       c.req.TenantID,
+		Operation:      string(c.req.Operation),
+		IdempotencyKey: string(c.req.Key),
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint idempotency record: %w", err)
+	}
+	c.RecoveryPoint = recoveryPoint
+	return nil
+}
+
+// Finish stores resp as the final outcome of the claim, in the caller's
+// transaction: 2xx as completed, 4xx (business failures) as failed. It
+// returns resp with ExpiresAt set. 5xx outcomes are never stored: the caller
+// must roll back (or leave the claim pending for recovery) instead.
+func (c *Claim) Finish(ctx context.Context, tx dbsqlc.DBTX, resp Response, res *Resource) (Response, error) {
+	state := StateCompleted
+	switch {
+	case resp.Status >= 200 && resp.Status < 300:
+	case resp.Status >= 400 && resp.Status < 500:
+		state = StateFailed
+	default:
+		return Response{}, fmt.Errorf("idempotency: status %d is not a final outcome", resp.Status)
+	}
+	retention, err := c.store.retention(c.req.Operation)
+	if err != nil {
+		return Response{}, err
+	}
+	now := c.store.now().UTC().Truncate(time.Microsecond)
+	resp.ExpiresAt = now.Add(retention)
+	headers, err := json.Marshal(storedHeaders{ContentType: resp.ContentType, Location: resp.Location})
+	if err != nil {
+		return Response{}, fmt.Errorf("encode stored headers: %w", err)
+	}
+	p := dbsqlc.IdempotencyFinishParams{
+		State:           state,
+		StatusCode:      ptr(int32(resp.Status)),
+		ResponseHeaders: headers,
+		ResponseBody:    resp.Body,
+		Now:             now,
+		ExpiresAt:       resp.ExpiresAt,
+		TenantID:        c.req.TenantID,
+		Operation:       string(c.req.Operation),
+		IdempotencyKey:  string(c.req.Key),
+	}
+	if res != nil {
+		p.ResourceType = &res.Type
+		p.ResourceID = &res.ID
+	}
+	if err := dbsqlc.New(tx).IdempotencyFinish(ctx, p); err != nil {
+		return Response{}, fmt.Errorf("store idempotent response: %w", err)
+	}
+	return resp, nil
+}
+
+// storedHeaders are the response headers that matter for a replay.
+type storedHeaders struct {
+	ContentType string `json:"Content-Type"`
+	Location    string `json:"Location,omitempty"`
+}
+
+func storedResponse(row dbsqlc.ApiIdempotency) (Response, error) {
+	var h storedHeaders
+	if err := json.Unmarshal(row.ResponseHeaders, &h); err != nil {
+		return Response{}, fmt.Errorf("decode stored headers: %w", err)
+	}
+	if row.StatusCode == nil {
+		return Response{}, fmt.Errorf("idempotency record %s/%s is final without a status", row.Operation, row.IdempotencyKey)
+	}
+	return Response{
+		Status:      int(*row.StatusCode),
+		ContentType: h.ContentType,
+		Location:    h.Location,
+		Body:        row.ResponseBody,
+		ExpiresAt:   row.ExpiresAt,
+		Replayed:    true,
+	}, nil
+}
+
+func reused() error {
+	return problem.New(problem.IdempotencyKeyReused,
+		"This Idempotency-Key was already used with a different request. Use a new key for a new intent.")
+}
+
+// inProgress is the answer to a duplicate that arrives while the first request
+// still runs: retry the same request after retryAfter.
+func inProgress(retryAfter time.Duration, cause error) error {
+	secs := math.Ceil(retryAfter.Seconds())
+	return &problem.Error{
+		Code:       problem.RequestInProgress,
+		Detail:     "A request with this Idempotency-Key is still in progress. Retry it with the same key.",
+		RetryAfter: time.Duration(max(secs, 1)) * time.Second,
+		Err:        cause,
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,63 @@
+// Package outbox is the write side of the transactional outbox (rule 6): a
+// feature appends its event in the same transaction as its state change, so
+// the event exists if and only if the change committed. Publishing, at least
+// once and with the event id as the broker's message id, is a separate
+// process that reads the table.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+)
+
+// Event is one fact to publish.
+type Event struct {
+	// ID is the event's identity and the broker's message id, so every
+	// redelivery of the event is recognisably the same message.
+	ID            uuid.UUID
+	TenantID      uuid.UUID
+	Type          string
+	AggregateType string
+	AggregateID   uuid.UUID
+	// IdempotencyKey is the key of the request that caused the event: the
+	// operation identity travels downstream with the event (rule 7).
+	IdempotencyKey string
+	OccurredAt     time.Time
+	// Payload is encoded as JSON.
+	Payload any
+}
+
+// Append writes e in the caller's transaction. A zero ID gets a fresh
+// time-ordered UUID.
+func Append(ctx context.Context, tx dbsqlc.DBTX, e Event) (uuid.UUID, error) {
+	if e.ID == uuid.Nil {
+		var err error
+		if e.ID, err = uuid.NewV7(); err != nil {
+			return uuid.Nil, fmt.Errorf("event id: %w", err)
+		}
+	}
+	payload, err := json.Marshal(e.Payload)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("encode %s payload: %w", e.Type, err)
+	}
+	err = dbsqlc.New(tx).OutboxInsert(ctx, dbsqlc.OutboxInsertParams{
+		ID:             e.ID,
+		TenantID:       e.TenantID,
+		EventType:      e.Type,
+		AggregateType:  e.AggregateType,
+		AggregateID:    e.AggregateID,
+		IdempotencyKey: e.IdempotencyKey,
+		Payload:        payload,
+		OccurredAt:     e.OccurredAt,
+	})
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)
+	}
+	return e.ID, nil
+}

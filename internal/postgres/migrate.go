@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/db"
+)
+
+// Migrator applies the embedded migrations (db.Migrations). golang-migrate
+// takes an advisory lock, so several processes starting at once are safe.
+type Migrator struct {
+	m *migrate.Migrate
+}
+
+// NewMigrator connects golang-migrate to databaseURL (a postgres:// URL).
+func NewMigrator(databaseURL string) (*Migrator, error) {
+	src, err := iofs.New(db.Migrations, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("open embedded migrations: %w", err)
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	u.Scheme = "pgx5"
+	m, err := migrate.NewWithSourceInstance("iofs", src, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("connect migrator: %w", err)
+	}
+	return &Migrator{m: m}, nil
+}
+
+// Up applies every pending migration.
+func (mg *Migrator) Up() error {
+	if err := mg.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	return nil
+}
+
+// Down reverts the last n migrations.
+func (mg *Migrator) Down(n int) error {
+	if err := mg.m.Steps(-n); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	return nil
+}
+
+// Version returns the applied version and whether a failed migration left the
+// schema dirty. Version 0 means no migration is applied.
+func (mg *Migrator) Version() (version uint, dirty bool, err error) {
+	version, dirty, err = mg.m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return 0, false, nil
+	}
+	return version, dirty, err
+}
+
+// Close releases the migrator's connection.
+func (mg *Migrator) Close() error {
+	srcErr, dbErr := mg.m.Close()
+	return errors.Join(srcErr, dbErr)
+}
+
+// Migrate applies every pending migration to databaseURL.
+func Migrate(databaseURL string) error {
+	mg, err := NewMigrator(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer mg.Close()
+	return mg.Up()
+}
+
+// LatestVersion is the highest migration version embedded in the binary.
+func LatestVersion() (uint, error) {
+	entries, err := fs.Glob(db.Migrations, "migrations/*.up.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest uint
+	for _, e := range entries {
+		num, _, _ := strings.Cut(path.Base(e), "_")
+		v, err := strconv.ParseUint(num, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: bad version: %w", e, err)
+		}
+		latest = max(latest, uint(v))
+	}
+	return latest, nil
+}
+
+// SchemaCurrent reports whether the database has every embedded migration
+// applied and none left dirty. It backs /readyz.
+func SchemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
+	want, err := LatestVersion()
+	if err != nil {
+		return err
+	}
+	var version int64
+	var dirty bool
+	if err := pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if dirty || uint(version) != want {
+		return fmt.Errorf("schema at version %d (dirty=%t), binary expects %d", version, dirty, want)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+// Package postgres owns the connection pool, the transaction helper, the
+// classification of PostgreSQL errors and the schema migrations.
+//
+// Rule 3 of the service rests on it: the dedup decision, the business mutation,
+// the outbox row and the stored response commit in one transaction run by InTx.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned (wrapped) when a row that must exist does not.
+var ErrNotFound = errors.New("not found")
+
+// PoolConfig tunes the pool. Zero values take the documented defaults.
+type PoolConfig struct {
+	// MaxConns bounds the open connections (default 20).
+	MaxConns int32
+	// LockTimeout bounds every wait for a row or transaction lock (default
+	// 2s). It is what makes a concurrent duplicate request wait only briefly:
+	// after it, the duplicate gets 409 request_in_progress instead of holding a
+	// connection for as long as the first request takes.
+	LockTimeout time.Duration
+	// StatementTimeout bounds each statement (default 30s).
+	StatementTimeout time.Duration
+}
+
+// Open connects a pool to databaseURL and checks that the server answers.
+func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if pc.MaxConns == 0 {
+		pc.MaxConns = 20
+	}
+	if pc.LockTimeout == 0 {
+		pc.LockTimeout = 2 * time.Second
+	}
+	if pc.StatementTimeout == 0 {
+		pc.StatementTimeout = 30 * time.Second
+	}
+	cfg.MaxConns = pc.MaxConns
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(pc.StatementTimeout.Milliseconds())
+	cfg.ConnConfig.RuntimeParams["application_name"] = "oncepay"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return pool, nil
+}
+
+// TxBeginner is what InTx needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx (which
+// begins a savepoint) all satisfy it.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// InTx runs fn in a transaction and commits it when fn returns nil. Any error
+// from fn, or a panic, rolls back. A failed commit is returned, never dropped:
+// the caller must not report success for work that did not commit.
+//
+// The rollback runs under context.WithoutCancel so that a cancelled request
+// still returns its connection to the pool in a clean state.
+func InTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+// PostgreSQL error codes the service reacts to.
+const (
+	codeUniqueViolation  = "23505"
+	codeLockNotAvailable = "55P03"
+)
+
+// IsUniqueViolation reports whether err is a unique violation of the named
+// constraint (any constraint when constraint is empty).
+func IsUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != codeUniqueViolation {
+		return false
+	}
+	return constraint == "" || pgErr.ConstraintName == constraint
+}
+
+// IsLockTimeout reports whether err is a lock wait that ran out of
+// lock_timeout: another transaction holds the row for longer than we wait.
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable
+}
+
+// NotFound turns pgx.ErrNoRows into ErrNotFound and passes other errors on.
+func NotFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}

@@ -1,0 +1,42 @@
+package tenants
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+const contextKey = "tenant"
+
+// Middleware authenticates `Authorization: Bearer <api key>` and puts the
+// tenant into the echo context. A missing or unknown key is 401.
+func Middleware(s *Service) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			scheme, key, ok := strings.Cut(c.Request().Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+				return problem.New(problem.Unauthorized, "Send your API key in the Authorization header as: Bearer <key>.")
+			}
+			t, err := s.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+			if errors.Is(err, ErrUnknownKey) {
+				return problem.New(problem.Unauthorized, "The API key is not valid.")
+			}
+			if err != nil {
+				return err
+			}
+			c.Set(contextKey, t)
+			return next(c)
+		}
+	}
+}
+
+// FromContext returns the tenant that Middleware authenticated. Handlers
+// behind Middleware always have one; without it, the zero Tenant matches no
+// row, so a wiring mistake fails closed.
+func FromContext(c echo.Context) Tenant {
+	t, _ := c.Get(contextKey).(Tenant)
+	return t
+}

@@ -1,0 +1,100 @@
+// Package wire decodes request bodies strictly and encodes response bodies,
+// turning every client mistake into a problem with a stable code: malformed
+// JSON is 400 invalid_json, a well-formed body of the wrong shape is 422
+// validation_failed naming the field. Client input never reaches a 500.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Decode parses body, a single JSON object, into v. Unknown fields are
+// refused: a typo must not silently change what a request means.
+func Decode(body []byte, v any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return problem.New(problem.InvalidJSON, "The request body must be a JSON object.")
+	}
+	if trimmed[0] != '{' {
+		if json.Valid(trimmed) {
+			return problem.Validation(problem.FieldError{Field: "", Message: "must be a JSON object"})
+		}
+		return problem.New(problem.InvalidJSON, "The request body is not valid JSON.")
+	}
+	if !json.Valid(trimmed) {
+		return problem.New(problem.InvalidJSON, "The request body is not valid JSON.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return shapeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return problem.New(problem.InvalidJSON, "The request body must hold exactly one JSON object.")
+	}
+	return nil
+}
+
+// shapeError turns a decoding error of valid JSON into validation_failed.
+func shapeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		field := typeErr.Field
+		if field == "" {
+			field = "(root)"
+		}
+		return problem.Validation(problem.FieldError{Field: field, Message: "must be " + jsonKind(typeErr.Type.Kind().String())})
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return problem.Validation(problem.FieldError{Field: strings.Trim(name, `"`), Message: "unknown field"})
+	}
+	return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be decoded.", Err: err}
+}
+
+func jsonKind(goKind string) string {
+	switch {
+	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
+		return "an integer"
+	case strings.HasPrefix(goKind, "float"):
+		return "a number"
+	case goKind == "string":
+		return "a string"
+	case goKind == "slice" || goKind == "array":
+		return "an array"
+	case goKind == "struct" || goKind == "map":
+		return "an object"
+	case goKind == "bool":
+		return "a boolean"
+	}
+	return "of another type"
+}
+
+// Encode renders v as a response body. Types passed here are the handlers'
+// own response types, which always encode.
+func Encode(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return b, nil
+}
+
+// JSON writes v as a JSON response, encoded exactly as a stored idempotent
+// response is (no trailing newline), so GET and POST bodies of the same
+// resource are byte-identical.
+func JSON(c echo.Context, status int, v any) error {
+	b, err := Encode(v)
+	if err != nil {
+		return err
+	}
+	return c.Blob(status, echo.MIMEApplicationJSON, b)
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# postgres.sh NAME: make sure a private PostgreSQL cluster named NAME runs under
+# .data/postgres/NAME and print its connection URL on stdout (nothing else).
+#
+# When DATABASE_URL is set, it is printed as it is and nothing is started.
+# Otherwise the cluster is created on first use (Debian's PostgreSQL binaries,
+# installed with apt-get when missing and we are root), started on a free
+# loopback port, and reused on the next call. As root, initdb and the server run
+# as the unprivileged "postgres" user, because initdb refuses to run as root.
+#
+# Extra server settings can be given in PG_SERVER_OPTS (for example the test
+# cluster turns fsync off: test data is thrown away, durability is not needed).
+set -euo pipefail
+
+name=${1:?usage: postgres.sh NAME}
+if [ -n "${DATABASE_URL:-}" ]; then
+  printf '%s\n' "$DATABASE_URL"
+  exit 0
+fi
+
+log() { printf 'postgres.sh: %s\n' "$*" >&2; }
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/.data/postgres/$name"
+data="$dir/data"
+
+find_bindir() {
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+      printf '%s\n' "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+
+bindir=$(find_bindir || true)
+if [ -z "$bindir" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    log "PostgreSQL server binaries not found; install them (apt-get install postgresql) or set DATABASE_URL"
+    exit 1
+  fi
+  log "installing PostgreSQL with apt-get (once)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq postgresql >&2
+  bindir=$(find_bindir)
+fi
+
+# as_owner runs a command as the cluster's owner: "postgres" when we are root.
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+mkdir -p "$dir"
+if [ "$(id -u)" = 0 ]; then
+  chown postgres: "$dir"
+fi
+
+if [ ! -s "$data/PG_VERSION" ]; then
+  log "creating cluster $name in $data"
+  as_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 || {
+    cat "$dir/initdb.log" >&2
+    exit 1
+  }
+fi
+
+port_file="$dir/port"
+
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+if ! as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+  port=$(cat "$port_file" 2>/dev/null || true)
+  if [ -z "$port" ] || ! port_free "$port"; then
+    port=""
+    for _ in $(seq 1 200); do
+      candidate=$((20000 + RANDOM % 30000))
+      if port_free "$candidate"; then
+        port=$candidate
+        break
+      fi
+    done
+    [ -n "$port" ] || { log "no free port found"; exit 1; }
+  fi
+  echo "$port" >"$port_file"
+  log "starting cluster $name on 127.0.0.1:$port"
+  as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_SERVER_OPTS:-}" \
+    start >/dev/null || {
+    tail -n 20 "$dir/server.log" >&2
+    exit 1
+  }
+fi
+
+port=$(cat "$port_file")
+printf 'postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable\n' "$port"
