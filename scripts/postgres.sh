@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # postgres.sh NAME: make sure a private PostgreSQL cluster named NAME runs under
 # .data/postgres/NAME and print its connection URL on stdout (nothing else).
+# postgres.sh --stop NAME: stop that cluster if it runs.
 #
 # When DATABASE_URL is set, it is printed as it is and nothing is started.
 # Otherwise the cluster is created on first use (Debian's PostgreSQL binaries,
@@ -12,8 +13,13 @@
 # cluster turns fsync off: test data is thrown away, durability is not needed).
 set -euo pipefail
 
-name=${1:?usage: postgres.sh NAME}
-if [ -n "${DATABASE_URL:-}" ]; then
+stop=""
+if [ "${1:-}" = "--stop" ]; then
+  stop=1
+  shift
+fi
+name=${1:?usage: postgres.sh [--stop] NAME}
+if [ -z "$stop" ] && [ -n "${DATABASE_URL:-}" ]; then
   printf '%s\n' "$DATABASE_URL"
   exit 0
 fi
@@ -48,16 +54,44 @@ if [ -z "$bindir" ]; then
   bindir=$(find_bindir)
 fi
 
-# as_owner runs a command as the cluster's owner: "postgres" when we are root.
+# as_owner runs a command as the cluster's owner: "postgres" when we are root
+# (from /, since the owner may not be allowed into the current folder).
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
 }
 
+if [ -n "$stop" ]; then
+  data="$(readlink -f "$dir")/data"
+  if [ -d "$data" ] && as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_owner "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    log "stopped cluster $name"
+  fi
+  exit 0
+fi
+
+mkdir -p "$(dirname "$dir")"
+if [ "$(id -u)" = 0 ] && [ ! -e "$dir" ]; then
+  # The server runs as "postgres", which may not be able to enter this
+  # checkout (a clone under /root, say). Then the cluster lives in a folder of
+  # its own and .data/postgres/NAME links to it.
+  if runuser -u postgres -- test -x "$(dirname "$dir")"; then
+    mkdir -p "$dir"
+  else
+    hash=$(printf '%s' "$root" | sha256sum | cut -c1-12)
+    real="/var/lib/postgresql/oncepay-$hash/$name"
+    mkdir -p "$real"
+    chown postgres: "$(dirname "$real")" "$real"
+    ln -s "$real" "$dir"
+    log "$root is not readable by the postgres user; cluster $name lives in $real"
+  fi
+fi
 mkdir -p "$dir"
+dir=$(readlink -f "$dir")
+data="$dir/data"
 if [ "$(id -u)" = 0 ]; then
   chown postgres: "$dir"
 fi

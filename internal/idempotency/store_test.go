@@ -1,0 +1,281 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testdb"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type storeBundle struct {
+	pool    *pgxpool.Pool
+	store   *idempotency.Store
+	clock   *clock
+	tenantA uuid.UUID
+	tenantB uuid.UUID
+}
+
+const lease = 30 * time.Second
+
+func setupStore(t *testing.T) *storeBundle {
+	t.Helper()
+	pool := testdb.Pool(t)
+	b := &storeBundle{pool: pool, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	b.store = idempotency.NewStore(idempotency.DefaultPolicy(), lease, b.clock.now)
+	for _, id := range []*uuid.UUID{&b.tenantA, &b.tenantB} {
+		*id = uuid.New()
+		if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', now())`, *id, id.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+func (b *storeBundle) request(t *testing.T, tenant uuid.UUID, op idempotency.Operation, key, body string) idempotency.Request {
+	return idempotency.Request{TenantID: tenant, Operation: op, Key: idempotency.Key(key), Fingerprint: fp(t, op, nil, body), RequestID: "req-" + key}
+}
+
+// execute runs the single-transaction flow: claim, then finish with resp.
+// It returns the claim as Begin made it.
+func (b *storeBundle) execute(t *testing.T, r idempotency.Request, resp idempotency.Response) (*idempotency.Claim, error) {
+	t.Helper()
+	var claim *idempotency.Claim
+	err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var err error
+		claim, err = b.store.Begin(context.Background(), tx, r)
+		if err != nil || claim.Replay != nil {
+			return err
+		}
+		_, err = claim.Finish(context.Background(), tx, resp, nil)
+		return err
+	})
+	return claim, err
+}
+
+func created(body string) idempotency.Response {
+	return idempotency.Response{Status: http.StatusCreated, ContentType: "application/json", Location: "/x/1", Body: []byte(body)}
+}
+
+func TestBeginClaimsThenReplays(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	r := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":1}`)
+	first, err := b.execute(t, r, created(`{"id":1}`))
+	if err != nil || first.Replay != nil || first.Resumed || first.RecoveryPoint != idempotency.RecoveryPointStarted {
+		t.Fatalf("first Begin = %+v, %v; want a fresh claim", first, err)
+	}
+	second, err := b.execute(t, r, created(`{"id":2}`))
+	if err != nil || second.Replay == nil {
+		t.Fatalf("second Begin = %+v, %v; want a replay", second, err)
+	}
+	rep := second.Replay
+	if rep.Status != http.StatusCreated || string(rep.Body) != `{"id":1}` || rep.Location != "/x/1" || rep.ContentType != "application/json" || !rep.Replayed {
+		t.Fatalf("replay = %+v", rep)
+	}
+	if want := b.clock.now().Add(7 * 24 * time.Hour); !rep.ExpiresAt.Equal(want) {
+		t.Fatalf("ExpiresAt = %v, want %v (orders.create retention)", rep.ExpiresAt, want)
+	}
+	looked, err := b.store.Lookup(context.Background(), b.pool, r)
+	if err != nil || looked == nil || string(looked.Body) != `{"id":1}` {
+		t.Fatalf("Lookup = %+v, %v", looked, err)
+	}
+}
+
+func TestMoneyOperationsKeepRecords45Days(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	for _, op := range []idempotency.Operation{idempotency.OpPaymentsCreate, idempotency.OpRefundsCreate} {
+		r := b.request(t, b.tenantA, op, "money", `{}`)
+		if _, err := b.execute(t, r, created(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := b.store.Lookup(context.Background(), b.pool, r)
+		if err != nil || resp == nil {
+			t.Fatalf("Lookup: %v", err)
+		}
+		if want := b.clock.now().Add(45 * 24 * time.Hour); !resp.ExpiresAt.Equal(want) {
+			t.Fatalf("%s ExpiresAt = %v, want %v", op, resp.ExpiresAt, want)
+		}
+	}
+}
+
+func TestBeginRefusesAnotherPayload(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	if _, err := b.execute(t, b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":1}`), created(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	other := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":2}`)
+	if _, err := b.execute(t, other, created(`{}`)); problem.CodeOf(err) != problem.IdempotencyKeyReused {
+		t.Fatalf("Begin with another payload: %v, want idempotency_key_reused", err)
+	}
+	if _, err := b.store.Lookup(context.Background(), b.pool, other); problem.CodeOf(err) != problem.IdempotencyKeyReused {
+		t.Fatalf("Lookup with another payload: %v, want idempotency_key_reused", err)
+	}
+}
+
+// Rule 2: tenant and operation are part of the key's scope.
+func TestKeyScope(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	for _, r := range []idempotency.Request{
+		b.request(t, b.tenantA, idempotency.OpOrdersCreate, "same", `{"a":1}`),
+		b.request(t, b.tenantB, idempotency.OpOrdersCreate, "same", `{"a":2}`),
+		b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "same", `{"a":3}`),
+		b.request(t, b.tenantA, idempotency.OpRefundsCreate, "same", `{"a":4}`),
+	} {
+		c, err := b.execute(t, r, created(`{}`))
+		if err != nil || c.Replay != nil {
+			t.Fatalf("%s/%s: Begin = %+v, %v; want an independent fresh claim", r.TenantID, r.Operation, c, err)
+		}
+	}
+}
+
+// A pending claim (a multi-phase operation between its phases) is protected
+// by its lease; after the lease the claim is taken over where it stopped.
+func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	ctx := context.Background()
+	r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "phased", `{}`)
+	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		c, err := b.store.Begin(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		return c.Checkpoint(ctx, tx, "charge_requested")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.advance(lease - time.Second)
+	_, err = b.execute(t, r, created(`{}`))
+	var pe *problem.Error
+	if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter <= 0 || pe.RetryAfter > lease {
+		t.Fatalf("Begin within the lease: %v, want request_in_progress with Retry-After", err)
+	}
+	if resp, err := b.store.Lookup(ctx, b.pool, r); err != nil || resp != nil {
+		t.Fatalf("Lookup of a pending record = %+v, %v; want nothing to replay", resp, err)
+	}
+	b.clock.advance(2 * time.Second)
+	var taken *idempotency.Claim
+	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		taken, err = b.store.Begin(ctx, tx, r)
+		return err
+	})
+	if err != nil || !taken.Resumed || taken.RecoveryPoint != "charge_requested" {
+		t.Fatalf("Begin after the lease = %+v, %v; want a resumed claim at charge_requested", taken, err)
+	}
+	// The take-over renewed the lease: a third attempt now waits again.
+	if _, err := b.execute(t, r, created(`{}`)); problem.CodeOf(err) != problem.RequestInProgress {
+		t.Fatalf("Begin right after a take-over: %v, want request_in_progress", err)
+	}
+}
+
+// Business failures are final and replayed; 5xx outcomes are never stored.
+func TestFinishStates(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	ctx := context.Background()
+	declined := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "declined", `{}`)
+	if _, err := b.execute(t, declined, idempotency.Response{Status: http.StatusPaymentRequired, ContentType: problem.ContentType, Body: []byte(`{"code":"card_declined"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := b.pool.QueryRow(ctx, `SELECT state FROM api_idempotency WHERE idempotency_key = 'declined'`).Scan(&state); err != nil || state != idempotency.StateFailed {
+		t.Fatalf("state = %q, %v; want failed", state, err)
+	}
+	rep, err := b.store.Lookup(ctx, b.pool, declined)
+	if err != nil || rep == nil || rep.Status != http.StatusPaymentRequired {
+		t.Fatalf("declined replay = %+v, %v", rep, err)
+	}
+	broken := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "broken", `{}`)
+	if _, err := b.execute(t, broken, idempotency.Response{Status: http.StatusServiceUnavailable, Body: []byte(`{}`)}); err == nil {
+		t.Fatal("Finish stored a 503")
+	}
+	if n := countRows(t, b.pool, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'broken'`); n != 0 {
+		t.Fatalf("a 5xx left %d records; the key must stay free", n)
+	}
+}
+
+// Rule 3: N concurrent transactions with one key: exactly one executes, the
+// others replay its outcome or are told to retry. No check-then-act.
+func TestConcurrentBeginExecutesOnce(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	r := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "race", `{}`)
+	const n = 24
+	var executed, replayed, busy atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+				c, err := b.store.Begin(context.Background(), tx, r)
+				if err != nil {
+					return err
+				}
+				if c.Replay != nil {
+					replayed.Add(1)
+					return nil
+				}
+				executed.Add(1)
+				// Hold the claim a moment so the others really wait on it.
+				if _, err := tx.Exec(context.Background(), `SELECT pg_sleep(0.05)`); err != nil {
+					return err
+				}
+				_, err = c.Finish(context.Background(), tx, created(`{}`), nil)
+				return err
+			})
+			switch {
+			case err == nil:
+			case problem.CodeOf(err) == problem.RequestInProgress:
+				busy.Add(1)
+			default:
+				t.Errorf("Begin: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if executed.Load() != 1 || executed.Load()+replayed.Load()+busy.Load() != n {
+		t.Fatalf("executed %d, replayed %d, busy %d; want exactly one execution", executed.Load(), replayed.Load(), busy.Load())
+	}
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, q string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

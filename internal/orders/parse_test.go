@@ -1,0 +1,50 @@
+package orders
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+func TestParseCreate(t *testing.T) {
+	t.Parallel()
+	in, err := parseCreate([]byte(`{"currency":"EUR","items":[{"sku":"a","quantity":2},{"sku":"b","quantity":1.0}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Currency != "EUR" || len(in.Items) != 2 || in.Items[0] != (ItemInput{"a", 2}) || in.Items[1] != (ItemInput{"b", 1}) {
+		t.Fatalf("parsed %+v", in)
+	}
+}
+
+// FuzzParseCreate: whatever the body, the parser returns a valid input or a
+// client error (invalid_json or validation_failed); never a panic, never an
+// internal error, and a valid input always respects the limits.
+func FuzzParseCreate(f *testing.F) {
+	for _, s := range []string{
+		`{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`,
+		`{"currency":"EUR","items":[{"sku":"a","quantity":1e400}]}`,
+		`{"currency":null,"items":null}`, `[]`, `{`, ``, `{"items":[{}]}`,
+		`{"currency":"EUR","items":[{"sku":"` + strings.Repeat("x", 70) + `","quantity":-0}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := parseCreate(body)
+		if err != nil {
+			if c := problem.CodeOf(err); c != problem.InvalidJSON && c != problem.ValidationFailed {
+				t.Fatalf("parseCreate(%q): error %v has code %s", body, err, c)
+			}
+			return
+		}
+		if len(in.Items) < 1 || len(in.Items) > MaxItems || len(in.Currency) != 3 {
+			t.Fatalf("parseCreate(%q) accepted %+v", body, in)
+		}
+		for _, it := range in.Items {
+			if it.Quantity < 1 || it.Quantity > MaxQuantity || it.SKU == "" || len(it.SKU) > MaxSKULen {
+				t.Fatalf("parseCreate(%q) accepted item %+v", body, it)
+			}
+		}
+	})
+}
