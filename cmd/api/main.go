@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -93,11 +92,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		return err
 	}
 	defer a.Close()
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	url := "http://" + ln.Addr().String()
+	url := "http://" + a.Addr().String()
 	logger.Info("listening", "url", url, "demo_mode", cfg.DemoMode, "version", version())
 	fmt.Fprintf(stdout, "oncepay is ready at %s\n", url)
 	if cfg.DemoMode {
@@ -106,7 +101,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		}
 		fmt.Fprintf(stdout, "  try: curl -s %s/v1/products -H 'Authorization: Bearer sk_test_acme'\n", url)
 	}
-	return a.Serve(ctx, ln)
+	return a.Serve(ctx)
 }
 
 func migrate(args []string, getenv func(string) string, stdout io.Writer) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
 )
 
@@ -50,7 +52,11 @@ func TestMigrateCommands(t *testing.T) {
 			t.Fatalf("%v printed %q", args, out.String())
 		}
 	}
-	if !strings.Contains(out.String(), "schema version 1 ") {
+	latest, err := postgres.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), fmt.Sprintf("schema version %d ", latest)) {
 		t.Fatalf("after up: %q", out.String())
 	}
 	if err := run(context.Background(), []string{"migrate", "sideways"}, e, io.Discard, io.Discard); !errors.Is(err, errUsage) {

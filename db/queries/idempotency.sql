@@ -31,12 +31,32 @@ SET state = @state, recovery_point = 'finished', locked_until = NULL,
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;
 
 -- name: IdempotencyCheckpoint :exec
--- IdempotencyCheckpoint records a recovery point and renews the lease.
+-- IdempotencyCheckpoint records a recovery point (and the resource it made)
+-- and sets the lease.
 UPDATE api_idempotency
-SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now
+SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
+    resource_type = coalesce(sqlc.narg(resource_type), resource_type),
+    resource_id = coalesce(sqlc.narg(resource_id), resource_id)
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;
 
 -- name: IdempotencyDelete :execrows
 -- IdempotencyDelete removes a record; used by tests to stand for expiry.
 DELETE FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
+
+-- name: IdempotencyClaimExpired :many
+-- IdempotencyClaimExpired takes over pending records of the given operations
+-- whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
+-- lets several recoverers run at once without waiting on each other; the
+-- renewed lease keeps the others away after commit.
+WITH expired AS (
+    SELECT tenant_id, operation, idempotency_key FROM api_idempotency
+    WHERE state = 'pending' AND operation = ANY(@operations::text[]) AND locked_until < @now
+    ORDER BY locked_until
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE api_idempotency a SET locked_until = @locked_until, updated_at = @now
+FROM expired e
+WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
+RETURNING a.*;

@@ -1,6 +1,7 @@
 // Package app wires the service together: it builds every part from the
-// configuration with explicit constructors, serves HTTP and shuts down in
-// order. Nothing else in the service reads the environment.
+// configuration with explicit constructors, runs the server and the
+// background workers, and shuts them down in order. Nothing else in the
+// service reads the environment.
 package app
 
 import (
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,23 +20,33 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
 
-// App is a running service: its pool and its HTTP handler.
+// App is the service with everything it runs.
 type App struct {
 	cfg     Config
 	logger  *slog.Logger
 	pool    *pgxpool.Pool
+	ln      net.Listener
 	handler http.Handler
-	// Tenants is exposed for the CLI and tests.
+
+	// psp is the embedded provider simulator (nil with PSP_URL set).
+	psp   *pspsim.Server
+	pspLn net.Listener
+
+	payments *payments.Service
+	// Tenants is exposed for the CLI.
 	Tenants *tenants.Service
 }
 
 // New connects to the database, applies migrations (unless disabled), seeds
-// the demo tenants in demo mode, and builds the HTTP handler.
-func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) (*App, error) {
+// the demo tenants in demo mode, starts listening on cfg.HTTPAddr, and builds
+// every part. Serve runs them.
+func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) (a *App, err error) {
 	if cfg.AutoMigrate {
 		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
 			return nil, err
@@ -47,24 +59,72 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err != nil {
 		return nil, err
 	}
-	tenantSvc := tenants.NewService(pool, cfg.AuthCacheTTL, now)
+	a = &App{cfg: cfg, logger: logger, pool: pool}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	a.Tenants = tenants.NewService(pool, cfg.AuthCacheTTL, now)
 	if cfg.DemoMode {
-		if err := tenantSvc.SeedDemo(ctx); err != nil {
-			pool.Close()
+		if err := a.Tenants.SeedDemo(ctx); err != nil {
 			return nil, err
 		}
 	}
+	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+
+	pspURL := cfg.PSPURL
+	if pspURL == "" {
+		if pspURL, err = a.embedPSP(now); err != nil {
+			return nil, err
+		}
+	}
+
 	idem := idempotency.NewStore(idempotency.DefaultPolicy(), cfg.IdempotencyLease, now)
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
-	handler := httpapi.New(httpapi.Deps{
-		Logger:  logger,
-		Pool:    pool,
-		Tenants: tenantSvc,
-		Orders:  orders.NewHandler(orderSvc),
-		Events:  outbox.NewHandler(pool),
+	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout)
+	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	a.handler = httpapi.New(httpapi.Deps{
+		Logger:   logger,
+		Pool:     pool,
+		Tenants:  a.Tenants,
+		Orders:   orders.NewHandler(orderSvc),
+		Payments: payments.NewHandler(a.payments),
+		Events:   outbox.NewHandler(pool),
 	})
-	return &App{cfg: cfg, logger: logger, pool: pool, handler: handler, Tenants: tenantSvc}, nil
+	return a, nil
 }
+
+// embedPSP starts listening for the in-process simulator and returns its URL.
+// It signs its webhooks with our first secret and sends them to this API.
+func (a *App) embedPSP(now func() time.Time) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("listen for the embedded payment simulator: %w", err)
+	}
+	a.pspLn = ln
+	a.psp, err = pspsim.New(pspsim.Config{
+		APIKey:         a.cfg.PSPAPIKey,
+		KeyRetention:   a.cfg.PSPKeyRetention,
+		WebhookURL:     "http://" + a.ln.Addr().String() + "/webhooks/psp",
+		WebhookSecrets: a.cfg.PSPWebhookSecrets[:1],
+	}, a.logger.With("component", "pspsim"), now)
+	if err != nil {
+		return "", fmt.Errorf("embedded payment simulator: %w", err)
+	}
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Addr is the address the API listens on.
+func (a *App) Addr() net.Addr { return a.ln.Addr() }
+
+// PSP returns the embedded payment simulator, or nil when PSP_URL is set.
+func (a *App) PSP() *pspsim.Server { return a.psp }
+
+// Payments returns the payment service (the recoverer's entry, for tests).
+func (a *App) Payments() *payments.Service { return a.payments }
 
 // Handler returns the HTTP handler.
 func (a *App) Handler() http.Handler { return a.handler }
@@ -72,15 +132,75 @@ func (a *App) Handler() http.Handler { return a.handler }
 // Pool returns the database pool.
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
-// Close releases the pool. Call it after Serve returned.
-func (a *App) Close() { a.pool.Close() }
+// Close releases what New acquired. Call it after Serve returned.
+func (a *App) Close() {
+	if a.ln != nil {
+		a.ln.Close()
+	}
+	if a.pspLn != nil {
+		a.pspLn.Close()
+	}
+	a.pool.Close()
+}
 
-// Serve serves HTTP on ln until ctx is cancelled, then shuts down gracefully:
-// it stops accepting, lets in-flight requests finish (at most
-// ShutdownTimeout), and returns.
-func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler: a.handler,
+// Serve runs the API, the embedded simulator and the background workers until
+// ctx is cancelled, then shuts down in order: stop accepting and drain
+// in-flight requests (at most ShutdownTimeout), then stop the workers, then the
+// simulator. Work cut off by the shutdown is safe: it is either committed or
+// resumed by a retry or by the recoverer of another process.
+func (a *App) Serve(ctx context.Context) error {
+	srv := a.httpServer(a.handler)
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(a.ln) }()
+
+	var pspSrv *http.Server
+	if a.psp != nil {
+		pspSrv = a.httpServer(a.psp.Handler())
+		go func() { errc <- pspSrv.Serve(a.pspLn) }()
+	}
+
+	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorkers()
+	var wg sync.WaitGroup
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(workers); err != nil && !errors.Is(err, context.Canceled) {
+				a.logger.Error("worker stopped", "worker", name, "error", err.Error())
+			}
+		}()
+	}
+	if a.psp != nil {
+		run("pspsim-webhooks", a.psp.Run)
+	}
+	if a.cfg.RecovererInterval > 0 {
+		run("payments-recoverer", func(ctx context.Context) error { return a.payments.RunRecoverer(ctx, a.cfg.RecovererInterval) })
+	}
+
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+	a.logger.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	stopWorkers()
+	wg.Wait()
+	if pspSrv != nil {
+		err = errors.Join(err, pspSrv.Shutdown(shutdownCtx))
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(fmt.Errorf("serve: %w", serveErr), err)
+	}
+	return err
+}
+
+func (a *App) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler: h,
 		// Slow clients must not hold connections forever; writes get more
 		// time than reads because a started write runs to its end anyway.
 		ReadHeaderTimeout: 5 * time.Second,
@@ -90,21 +210,4 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	a.logger.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
 }

@@ -21,40 +21,68 @@ import (
 )
 
 // testBundle is one running service on its own database, reached over real
-// HTTP on a loopback port.
+// HTTP on a loopback port, with its embedded payment simulator.
 type testBundle struct {
+	app     *app.App
 	pool    *pgxpool.Pool
 	baseURL string
 	addr    string
 	client  *http.Client
+	clock   *testClock
 }
 
-func setup(t *testing.T) *testBundle {
+// testClock is real time plus an offset the test can move forward, e.g. past
+// a lease.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 	t.Helper()
 	cfg := app.Config{
-		DatabaseURL:      testdb.URL(t),
-		HTTPAddr:         "127.0.0.1:0",
-		DemoMode:         true,
-		AutoMigrate:      false, // the template database is migrated already
-		LogLevel:         slog.LevelWarn,
-		DBMaxConns:       40,
-		DBLockTimeout:    5 * time.Second,
-		WriteTimeout:     10 * time.Second,
-		IdempotencyLease: 30 * time.Second,
-		AuthCacheTTL:     time.Minute,
-		ShutdownTimeout:  5 * time.Second,
+		DatabaseURL:       testdb.URL(t),
+		HTTPAddr:          "127.0.0.1:0",
+		DemoMode:          true,
+		AutoMigrate:       false, // the template database is migrated already
+		LogLevel:          slog.LevelWarn,
+		DBMaxConns:        40,
+		DBLockTimeout:     5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdempotencyLease:  30 * time.Second,
+		AuthCacheTTL:      time.Minute,
+		ShutdownTimeout:   5 * time.Second,
+		PSPTimeout:        5 * time.Second,
+		PSPWebhookSecrets: []string{app.DemoWebhookSecret},
+		PSPKeyRetention:   24 * time.Hour,
+		// The recoverer runs when a test calls it, so a test controls
+		// exactly who finishes an abandoned attempt.
+		RecovererInterval:     0,
+		WebhookWorkerInterval: time.Second,
 	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	clock := &testClock{}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), time.Now)
+	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), clock.now)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
 	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx, ln) }()
+	go func() { done <- a.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -63,10 +91,12 @@ func setup(t *testing.T) *testBundle {
 		a.Close()
 	})
 	return &testBundle{
+		app:     a,
 		pool:    a.Pool(),
-		baseURL: "http://" + ln.Addr().String(),
-		addr:    ln.Addr().String(),
+		baseURL: "http://" + a.Addr().String(),
+		addr:    a.Addr().String(),
 		client:  &http.Client{Timeout: 30 * time.Second},
+		clock:   clock,
 	}
 }
 

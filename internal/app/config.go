@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/payments"
 )
 
 // Config is the process configuration, read from environment variables (the
@@ -41,7 +43,40 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
 	ShutdownTimeout time.Duration
+
+	// PSPURL is the payment provider's base URL (PSP_URL). Empty starts the
+	// simulator inside this process on a loopback port; the API still talks
+	// to it over HTTP.
+	PSPURL string
+	// PSPAPIKey is sent to the provider as a bearer token (PSP_API_KEY).
+	PSPAPIKey string
+	// PSPTimeout bounds one provider call; past it the outcome is unknown
+	// (PSP_TIMEOUT, default 10s).
+	PSPTimeout time.Duration
+	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
+	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
+	// default the demo secret DemoWebhookSecret).
+	PSPWebhookSecrets []string
+	// PSPKeyRetention is how long the embedded simulator keeps idempotency
+	// keys (PSP_KEY_RETENTION, default 24h, like Stripe).
+	PSPKeyRetention time.Duration
+	// RecovererInterval is how often abandoned payment attempts are resumed
+	// (RECOVERER_INTERVAL, default 10s; 0 disables the recoverer).
+	RecovererInterval time.Duration
+	// WebhookWorkerInterval is the polling backstop of the webhook worker,
+	// which is otherwise woken by each receipt (WEBHOOK_WORKER_INTERVAL,
+	// default 1s).
+	WebhookWorkerInterval time.Duration
+
+	// PaymentHooks inject faults for the failure drills. Never set from the
+	// environment.
+	PaymentHooks payments.Hooks
 }
+
+// DemoWebhookSecret is the webhook secret of the demo: the embedded simulator
+// signs with it and the API accepts it unless PSP_WEBHOOK_SECRETS says
+// otherwise. Set your own for anything but a demo.
+const DemoWebhookSecret = "whsec_b25jZXBheS1kZW1vLXdlYmhvb2stc2VjcmV0"
 
 // ConfigFromEnv reads the configuration. It reports every bad variable at
 // once, so a misconfigured deployment is fixed in one round.
@@ -59,6 +94,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", 30*time.Second),
 		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", 30*time.Second),
 		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+
+		PSPURL:                getenv("PSP_URL"),
+		PSPAPIKey:             getenv("PSP_API_KEY"),
+		PSPTimeout:            r.duration("PSP_TIMEOUT", 10*time.Second),
+		PSPWebhookSecrets:     strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
+		PSPKeyRetention:       r.duration("PSP_KEY_RETENTION", 24*time.Hour),
+		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
+		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 	}
 	if c.DatabaseURL == "" {
 		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))

@@ -14,30 +14,104 @@ import (
 
 const idempotencyCheckpoint = `-- name: IdempotencyCheckpoint :exec
 UPDATE api_idempotency
-SET recovery_point = $1, locked_until = $2, updated_at = $3
-WHERE tenant_id = $4 AND operation = $5 AND idempotency_key = $6
+SET recovery_point = $1, locked_until = $2, updated_at = $3,
+    resource_type = coalesce($4, resource_type),
+    resource_id = coalesce($5, resource_id)
+WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
 `
 
 type IdempotencyCheckpointParams struct {
 	RecoveryPoint  string
 	LockedUntil    *time.Time
 	Now            time.Time
+	ResourceType   *string
+	ResourceID     *uuid.UUID
 	TenantID       uuid.UUID
 	Operation      string
 	IdempotencyKey string
 }
 
-// IdempotencyCheckpoint records a recovery point and renews the lease.
+// IdempotencyCheckpoint records a recovery point (and the resource it made)
+// and sets the lease.
 func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg IdempotencyCheckpointParams) error {
 	_, err := q.db.Exec(ctx, idempotencyCheckpoint,
 		arg.RecoveryPoint,
 		arg.LockedUntil,
 		arg.Now,
+		arg.ResourceType,
+		arg.ResourceID,
 		arg.TenantID,
 		arg.Operation,
 		arg.IdempotencyKey,
 	)
 	return err
+}
+
+const idempotencyClaimExpired = `-- name: IdempotencyClaimExpired :many
+WITH expired AS (
+    SELECT tenant_id, operation, idempotency_key FROM api_idempotency
+    WHERE state = 'pending' AND operation = ANY($3::text[]) AND locked_until < $2
+    ORDER BY locked_until
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE api_idempotency a SET locked_until = $1, updated_at = $2
+FROM expired e
+WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
+RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at
+`
+
+type IdempotencyClaimExpiredParams struct {
+	LockedUntil *time.Time
+	Now         time.Time
+	Operations  []string
+	MaxRows     int32
+}
+
+// IdempotencyClaimExpired takes over pending records of the given operations
+// whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
+// lets several recoverers run at once without waiting on each other; the
+// renewed lease keeps the others away after commit.
+func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyClaimExpiredParams) ([]ApiIdempotency, error) {
+	rows, err := q.db.Query(ctx, idempotencyClaimExpired,
+		arg.LockedUntil,
+		arg.Now,
+		arg.Operations,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ApiIdempotency
+	for rows.Next() {
+		var i ApiIdempotency
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Operation,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.State,
+			&i.RecoveryPoint,
+			&i.LockedUntil,
+			&i.RequestID,
+			&i.StatusCode,
+			&i.ResponseHeaders,
+			&i.ResponseBody,
+			&i.ResourceType,
+			&i.ResourceID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const idempotencyDelete = `-- name: IdempotencyDelete :execrows

@@ -74,6 +74,25 @@ type OutboxEvent struct {
 	LastError      *string
 }
 
+type Payment struct {
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	OrderID          uuid.UUID
+	IdempotencyKey   string
+	RequestHash      []byte
+	ProviderKey      string
+	Status           string
+	Amount           int64
+	Currency         string
+	PaymentMethod    string
+	ProviderChargeID *string
+	FailureCode      *string
+	RefundReserved   int64
+	AmountRefunded   int64
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
 type Product struct {
 	TenantID   uuid.UUID
 	Sku        string
@@ -83,9 +102,34 @@ type Product struct {
 	Stock      int64
 }
 
+type Refund struct {
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	PaymentID        uuid.UUID
+	IdempotencyKey   string
+	RequestHash      []byte
+	ProviderKey      string
+	Status           string
+	Amount           int64
+	ProviderRefundID *string
+	FailureCode      *string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
 type Tenant struct {
 	ID        uuid.UUID
 	Slug      string
 	Name      string
 	CreatedAt time.Time
+}
+
+type WebhookReceipt struct {
+	DeliveryID  string
+	EventType   string
+	Payload     []byte
+	ReceivedAt  time.Time
+	ProcessedAt *time.Time
+	Attempts    int32
+	LastError   *string
 }

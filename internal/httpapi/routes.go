@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
 )
@@ -22,11 +23,12 @@ const MaxBodyBytes = 64 << 10
 
 // Deps are the parts the routes call.
 type Deps struct {
-	Logger  *slog.Logger
-	Pool    *pgxpool.Pool
-	Tenants *tenants.Service
-	Orders  *orders.Handler
-	Events  *outbox.Handler
+	Logger   *slog.Logger
+	Pool     *pgxpool.Pool
+	Tenants  *tenants.Service
+	Orders   *orders.Handler
+	Payments *payments.Handler
+	Events   *outbox.Handler
 }
 
 // New returns the service's HTTP handler.
@@ -55,6 +57,9 @@ func New(d Deps) *echo.Echo {
 	v1.POST("/orders", d.Orders.Create, auth)
 	v1.GET("/orders", d.Orders.List, auth)
 	v1.GET("/orders/:id", d.Orders.Get, auth)
+	v1.POST("/orders/:id/payments", d.Payments.Pay, auth)
+	v1.GET("/payments/:id", d.Payments.Get, auth)
+	v1.POST("/payments/:id/refunds", d.Payments.Refund, auth)
 	v1.GET("/events", d.Events.List, auth)
 
 	return e

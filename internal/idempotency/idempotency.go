@@ -254,17 +254,11 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 		return nil, inProgress(row.LockedUntil.Sub(now), nil)
 	}
 	// The previous owner's lease ran out: take the claim over.
-	if err := q.IdempotencyCheckpoint(ctx, dbsqlc.IdempotencyCheckpointParams{
-		RecoveryPoint:  row.RecoveryPoint,
-		LockedUntil:    &leaseUntil,
-		Now:            now,
-		TenantID:       r.TenantID,
-		Operation:      string(r.Operation),
-		IdempotencyKey: string(r.Key),
-	}); err != nil {
+	taken := &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}
+	if err := taken.checkpoint(ctx, tx, row.RecoveryPoint, nil, leaseUntil, now); err != nil {
 		return nil, fmt.Errorf("renew idempotency lease: %w", err)
 	}
-	return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}, nil
+	return taken, nil
 }
 
 // Lookup returns the stored final outcome for r without taking any lock, or
@@ -296,23 +290,103 @@ func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Respons
 }
 
 // Checkpoint records that a phase of a multi-phase operation committed, and
-// renews the lease. It runs in the transaction of that phase.
-func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string) error {
+// the resource it created (nil keeps the one recorded), and renews the lease.
+// It runs in the transaction of that phase.
+func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string, res *Resource) error {
 	now := c.store.now().UTC().Truncate(time.Microsecond)
-	leaseUntil := now.Add(c.store.lease)
-	err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, dbsqlc.IdempotencyCheckpointParams{
+	return c.checkpoint(ctx, tx, recoveryPoint, res, now.Add(c.store.lease), now)
+}
+
+// Release ends the lease of a pending claim at once, keeping its recovery
+// point: the outcome is unknown (the provider did not answer), and the
+// client's retry may resume the attempt right away instead of waiting for the
+// lease to run out.
+func (c *Claim) Release(ctx context.Context, tx dbsqlc.DBTX) error {
+	now := c.store.now().UTC().Truncate(time.Microsecond)
+	return c.checkpoint(ctx, tx, c.RecoveryPoint, nil, now, now)
+}
+
+func (c *Claim) checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string, res *Resource, leaseUntil, now time.Time) error {
+	p := dbsqlc.IdempotencyCheckpointParams{
 		RecoveryPoint:  recoveryPoint,
 		LockedUntil:    &leaseUntil,
 		Now:            now,
 		TenantID:       c.req.TenantID,
 		Operation:      string(c.req.Operation),
 		IdempotencyKey: string(c.req.Key),
-	})
-	if err != nil {
+	}
+	if res != nil {
+		p.ResourceType, p.ResourceID = &res.Type, &res.ID
+		c.ResourceID = &res.ID
+	}
+	if err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, p); err != nil {
 		return fmt.Errorf("checkpoint idempotency record: %w", err)
 	}
 	c.RecoveryPoint = recoveryPoint
 	return nil
+}
+
+// Reacquire locks the claim's record again in a later transaction of the same
+// operation (phase 2). It returns the stored outcome when somebody else (a
+// retry or the recoverer that took the claim over after its lease) finished
+// the operation first; the caller then answers with that and does nothing.
+func (c *Claim) Reacquire(ctx context.Context, tx dbsqlc.DBTX) (*Response, error) {
+	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
+		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relock idempotency record: %w", err)
+	}
+	if row.State == StatePending {
+		return nil, nil
+	}
+	resp, err := storedResponse(row)
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Request returns the request the claim was made for.
+func (c *Claim) Request() Request { return c.req }
+
+// ClaimExpired takes over up to limit pending claims of ops whose lease ran
+// out: attempts abandoned by a crash or a client that gave up. It is the
+// recoverer's Begin. Concurrent callers (several API processes) never get the
+// same claim: the rows are locked with SKIP LOCKED and leased anew.
+func (s *Store) ClaimExpired(ctx context.Context, tx dbsqlc.DBTX, ops []Operation, limit int) ([]*Claim, error) {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = string(op)
+	}
+	rows, err := dbsqlc.New(tx).IdempotencyClaimExpired(ctx, dbsqlc.IdempotencyClaimExpiredParams{
+		Operations:  names,
+		Now:         now,
+		MaxRows:     int32(limit),
+		LockedUntil: ptr(now.Add(s.lease)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim expired idempotency records: %w", err)
+	}
+	claims := make([]*Claim, len(rows))
+	for i, row := range rows {
+		claims[i] = &Claim{
+			store: s,
+			req: Request{
+				TenantID:    row.TenantID,
+				Operation:   Operation(row.Operation),
+				Key:         Key(row.IdempotencyKey),
+				Fingerprint: Fingerprint(row.RequestHash),
+				RequestID:   "recoverer",
+			},
+			RecoveryPoint: row.RecoveryPoint,
+			Resumed:       true,
+			CreatedAt:     row.CreatedAt,
+			ResourceID:    row.ResourceID,
+		}
+	}
+	return claims, nil
 }
 
 // Finish stores resp as the final outcome of the claim, in the caller's

@@ -168,7 +168,7 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return c.Checkpoint(ctx, tx, "charge_requested")
+		return c.Checkpoint(ctx, tx, "charge_requested", nil)
 	})
 	if err != nil {
 		t.Fatal(err)

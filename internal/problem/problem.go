@@ -40,6 +40,7 @@ const (
 	CardDeclined               Code = "card_declined"
 	OrderAlreadyPaid           Code = "order_already_paid"
 	RefundExceedsPayment       Code = "refund_exceeds_payment"
+	PaymentNotRefundable       Code = "payment_not_refundable"
 	PaymentProviderUnavailable Code = "payment_provider_unavailable"
 	ServiceUnavailable         Code = "service_unavailable"
 	Internal                   Code = "internal_error"
@@ -61,6 +62,7 @@ var statuses = map[Code]int{
 	CardDeclined:               http.StatusPaymentRequired,
 	OrderAlreadyPaid:           http.StatusConflict,
 	RefundExceedsPayment:       http.StatusUnprocessableEntity,
+	PaymentNotRefundable:       http.StatusConflict,
 	PaymentProviderUnavailable: http.StatusServiceUnavailable,
 	ServiceUnavailable:         http.StatusServiceUnavailable,
 	Internal:                   http.StatusInternalServerError,

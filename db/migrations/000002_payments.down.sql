@@ -1,0 +1,3 @@
+DROP TABLE webhook_receipts;
+DROP TABLE refunds;
+DROP TABLE payments;

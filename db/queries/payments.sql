@@ -1,0 +1,78 @@
+-- name: OrderGetForUpdate :one
+SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
+
+-- name: OrderAdvanceStatus :execrows
+-- OrderAdvanceStatus moves an order forward, never backwards: the update
+-- only happens when the new status ranks above the current one.
+UPDATE orders SET status = @status, updated_at = @now
+WHERE id = @id AND array_position(
+        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], status)
+      < array_position(
+        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], @status::text);
+
+-- name: PaymentInsert :one
+INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $10)
+RETURNING *;
+
+-- name: PaymentGet :one
+SELECT * FROM payments WHERE tenant_id = $1 AND id = $2;
+
+-- name: PaymentGetByID :one
+SELECT * FROM payments WHERE id = $1;
+
+-- name: PaymentGetForUpdate :one
+SELECT * FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
+
+-- name: PaymentGetByIdempotencyKey :one
+SELECT * FROM payments WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: PaymentGetLiveForOrder :one
+SELECT * FROM payments WHERE order_id = $1 AND status IN ('pending', 'succeeded');
+
+-- name: PaymentSucceed :one
+-- PaymentSucceed finishes a pending payment; it returns no row when the
+-- payment is no longer pending (someone else finished it first).
+UPDATE payments SET status = 'succeeded', provider_charge_id = @provider_charge_id, updated_at = @now
+WHERE id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: PaymentFail :one
+UPDATE payments SET status = 'failed', provider_charge_id = @provider_charge_id, failure_code = @failure_code, updated_at = @now
+WHERE id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: PaymentReserveRefund :one
+-- PaymentReserveRefund reserves amount for a refund of a succeeded payment;
+-- no row means the payment cannot cover it.
+UPDATE payments SET refund_reserved = refund_reserved + @amount, updated_at = @now
+WHERE id = @id AND status = 'succeeded' AND refund_reserved + @amount <= amount
+RETURNING *;
+
+-- name: PaymentReleaseRefund :exec
+UPDATE payments SET refund_reserved = refund_reserved - @amount, updated_at = @now WHERE id = @id;
+
+-- name: PaymentAddRefunded :one
+UPDATE payments SET amount_refunded = amount_refunded + @amount, updated_at = @now WHERE id = @id
+RETURNING *;
+
+-- name: RefundInsert :one
+INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $8)
+RETURNING *;
+
+-- name: RefundGetByIdempotencyKey :one
+SELECT * FROM refunds WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: RefundGetByID :one
+SELECT * FROM refunds WHERE id = $1;
+
+-- name: RefundSucceed :one
+UPDATE refunds SET status = 'succeeded', provider_refund_id = @provider_refund_id, updated_at = @now
+WHERE id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: RefundFail :one
+UPDATE refunds SET status = 'failed', failure_code = @failure_code, updated_at = @now
+WHERE id = @id AND status = 'pending'
+RETURNING *;

@@ -1,0 +1,476 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/pspsim"
+)
+
+// order creates an order and returns its id and amount.
+func (b *testBundle) order(t *testing.T, key string) (string, int64) {
+	t.Helper()
+	r := b.do(t, "POST", "/v1/orders", acme, key, orderBody)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create order: %d %s", r.status, r.body)
+	}
+	o := r.json(t)
+	return o["id"].(string), int64(o["amount_total"].(float64))
+}
+
+func (b *testBundle) pay(t *testing.T, orderID, key, method string) response {
+	t.Helper()
+	return b.do(t, "POST", "/v1/orders/"+orderID+"/payments", acme, key, `{"payment_method":"`+method+`"}`)
+}
+
+// charges counts the provider's succeeded charges for our payment reference:
+// the simulator's ledger is the ground truth for "charged exactly once".
+func (b *testBundle) charges(t *testing.T, paymentID string) int {
+	t.Helper()
+	n := 0
+	for _, c := range b.app.PSP().Ledger(paymentID).Charges {
+		if c.Status == pspsim.StatusSucceeded {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *testBundle) allCharges() int { return len(b.app.PSP().Ledger("").Charges) }
+
+func (b *testBundle) faults(t *testing.T, f pspsim.Faults) {
+	t.Helper()
+	if err := b.app.PSP().SetFaults(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPayOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, amount := b.order(t, "o1")
+	r := b.pay(t, orderID, "pay-1", "pm_card_ok")
+	if r.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", r.status, r.body)
+	}
+	p := r.json(t)
+	if p["status"] != "succeeded" || p["order_id"] != orderID || int64(p["amount"].(float64)) != amount || p["currency"] != "EUR" || p["provider_charge_id"] == nil {
+		t.Fatalf("payment = %s", r.body)
+	}
+	if r.header.Get("Location") != "/v1/payments/"+p["id"].(string) {
+		t.Fatalf("Location = %q", r.header.Get("Location"))
+	}
+	if exp, _ := http.ParseTime(r.header.Get("Idempotency-Expires")); time.Until(exp) < 44*24*time.Hour {
+		t.Fatalf("Idempotency-Expires = %q, want 45 days ahead", r.header.Get("Idempotency-Expires"))
+	}
+	got := b.do(t, "GET", "/v1/payments/"+p["id"].(string), acme, "", "")
+	if !bytes.Equal(got.body, r.body) {
+		t.Fatalf("GET payment = %s, want %s", got.body, r.body)
+	}
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
+		t.Fatalf("order status = %v, want paid", s)
+	}
+	if n := b.charges(t, p["id"].(string)); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+	// Rule 7: the provider got our derived key, the same for every attempt.
+	if c := b.app.PSP().Ledger(p["id"].(string)).Charges[0]; c.IdempotencyKey == "pay-1" || c.IdempotencyKey == "" {
+		t.Fatalf("provider key = %q: want a key derived from the record, not the client's", c.IdempotencyKey)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'payment.succeeded'`); n != 1 {
+		t.Fatalf("payment.succeeded events = %d, want 1", n)
+	}
+	wantProblem(t, b.do(t, "GET", "/v1/payments/"+p["id"].(string), globex, "", ""), http.StatusNotFound, "not_found")
+	wantProblem(t, b.pay(t, orderID, "", "pm_card_ok"), http.StatusBadRequest, "idempotency_key_missing")
+	wantProblem(t, b.do(t, "POST", "/v1/orders/"+orderID+"/payments", acme, "pay-x", `{}`), http.StatusUnprocessableEntity, "validation_failed")
+	wantProblem(t, b.pay(t, "01a22931-c9da-71c4-a494-fc128972f4cb", "pay-404", "pm_card_ok"), http.StatusNotFound, "not_found")
+}
+
+func TestPayDeclinedThenRetryWithNewKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	first := b.pay(t, orderID, "pay-declined", "pm_card_declined")
+	wantProblem(t, first, http.StatusPaymentRequired, "card_declined")
+	again := b.pay(t, orderID, "pay-declined", "pm_card_declined")
+	if again.status != http.StatusPaymentRequired || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("declined replay = %d %s", again.status, again.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider saw %d charge attempts, want 1 (the decline is not repeated)", n)
+	}
+	// A decline does not block a new intent with a new key.
+	ok := b.pay(t, orderID, "pay-second-card", "pm_card_ok")
+	if ok.status != http.StatusCreated {
+		t.Fatalf("new attempt after a decline: %d %s", ok.status, ok.body)
+	}
+}
+
+func TestPayOrderAlreadyPaid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	if r := b.pay(t, orderID, "pay-a", "pm_card_ok"); r.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", r.status, r.body)
+	}
+	second := b.pay(t, orderID, "pay-b", "pm_card_ok")
+	wantProblem(t, second, http.StatusConflict, "order_already_paid")
+	if r := b.pay(t, orderID, "pay-b", "pm_card_ok"); r.status != http.StatusConflict || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("order_already_paid is not stored and replayed: %d", r.status)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+}
+
+// Drill 2 for payments: 16 concurrent identical pay requests, one charge.
+func TestDrill2_ConcurrentPayRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	b.faults(t, pspsim.Faults{LatencyMS: 50}) // keep the first request at the provider a while
+	const n = 16
+	results := make([]response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = b.pay(t, orderID, "pay-race", "pm_card_ok")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var body []byte
+	for _, r := range results {
+		switch r.status {
+		case http.StatusCreated:
+			if body == nil {
+				body = r.body
+			}
+			if !bytes.Equal(body, r.body) {
+				t.Fatalf("two different payments:\n%s\n%s", body, r.body)
+			}
+		case http.StatusConflict:
+			wantProblem(t, r, http.StatusConflict, "request_in_progress")
+			if r.header.Get("Retry-After") == "" {
+				t.Fatal("409 without Retry-After")
+			}
+		default:
+			t.Fatalf("unexpected %d %s", r.status, r.body)
+		}
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want exactly 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payments`); n != 1 {
+		t.Fatalf("payments = %d, want 1", n)
+	}
+}
+
+// Drill 1 for payments: the charge is recorded, the response is lost; the
+// retry replays it and the provider is not called again.
+func TestDrill1_PaymentResponseLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	conn, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"payment_method":"pm_card_ok"}`
+	req := "POST /v1/orders/" + orderID + "/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acme +
+		"\r\nIdempotency-Key: pay-lost\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'pay-lost' AND state = 'completed'`) == 1
+	})
+	conn.Close()
+	retry := b.pay(t, orderID, "pay-lost", "pm_card_ok")
+	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry = %d %s, want a replayed 201", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+}
+
+// crashOnce makes the first provider answer of op "crash" the process before
+// phase 2: the hook returns an error exactly where a crash would stop.
+func crashOnce(op idempotency.Operation) func(*app.Config) {
+	var crashed atomic.Bool
+	return func(c *app.Config) {
+		c.PaymentHooks.AfterProviderCall = func(got idempotency.Operation) error {
+			if got == op && crashed.CompareAndSwap(false, true) {
+				return errors.New("injected crash after the provider answered")
+			}
+			return nil
+		}
+	}
+}
+
+// Drill 7 via the client: the provider charged, the API died before phase 2.
+// The client's retry within the lease is told to wait; after the lease it
+// resumes the same attempt: one charge, one succeeded payment.
+func TestDrill7_CrashAfterProviderCall_ClientRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, crashOnce(idempotency.OpPaymentsCreate))
+	orderID, _ := b.order(t, "o1")
+	first := b.pay(t, orderID, "pay-crash", "pm_card_ok")
+	if first.status < 500 {
+		t.Fatalf("crashed request answered %d", first.status)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges after the crash = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'pending'`); n != 1 {
+		t.Fatalf("pending payments = %d, want 1", n)
+	}
+	busy := b.pay(t, orderID, "pay-crash", "pm_card_ok")
+	wantProblem(t, busy, http.StatusConflict, "request_in_progress")
+	b.clock.advance(31 * time.Second) // past the lease
+	retry := b.pay(t, orderID, "pay-crash", "pm_card_ok")
+	if retry.status != http.StatusCreated || retry.json(t)["status"] != "succeeded" {
+		t.Fatalf("retry after the lease = %d %s", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want exactly 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`); n != 1 {
+		t.Fatalf("succeeded payments = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'payment.succeeded'`); n != 1 {
+		t.Fatalf("payment.succeeded events = %d, want 1", n)
+	}
+}
+
+// Drill 7 via the recoverer: nobody retries; the background recoverer
+// finishes the abandoned attempt, and a later client retry is a replay.
+func TestDrill7_CrashAfterProviderCall_Recoverer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, crashOnce(idempotency.OpPaymentsCreate))
+	orderID, _ := b.order(t, "o1")
+	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status < 500 {
+		t.Fatalf("crashed request answered %d", r.status)
+	}
+	ctx := context.Background()
+	if n, err := b.app.Payments().RecoverOnce(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("RecoverOnce within the lease = %d, %v; want 0 (the owner may still finish)", n, err)
+	}
+	b.clock.advance(31 * time.Second)
+	if n, err := b.app.Payments().RecoverOnce(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("RecoverOnce after the lease = %d, %v; want 1", n, err)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want exactly 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`); n != 1 {
+		t.Fatalf("succeeded payments = %d, want 1", n)
+	}
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
+		t.Fatalf("order = %v, want paid", s)
+	}
+	retry := b.pay(t, orderID, "pay-crash", "pm_card_ok")
+	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("client retry after recovery = %d %s, want a replayed 201", retry.status, retry.body)
+	}
+}
+
+// Unknown outcome: the provider charges and drops the connection. The client
+// gets 503 with Retry-After; its retry resumes the same attempt: one charge.
+func TestPayUnknownOutcomeResumes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	b.faults(t, pspsim.Faults{DropNext: 1})
+	first := b.pay(t, orderID, "pay-drop", "pm_card_ok")
+	wantProblem(t, first, http.StatusServiceUnavailable, "payment_provider_unavailable")
+	if first.header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE state <> 'pending'`); n != 1 { // only the order's
+		t.Fatalf("an unknown outcome was stored as final")
+	}
+	retry := b.pay(t, orderID, "pay-drop", "pm_card_ok")
+	if retry.status != http.StatusCreated {
+		t.Fatalf("retry = %d %s", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+}
+
+// The provider forgets keys after its retention (here 1 second instead of 24
+// hours), ours live 45 days. A resumed attempt looks the charge up by
+// reference instead of charging again under a key the provider forgot.
+func TestPayResumedAfterProviderForgotKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.PSPKeyRetention = time.Second })
+	orderID, _ := b.order(t, "o1")
+	b.faults(t, pspsim.Faults{DropNext: 1})
+	wantProblem(t, b.pay(t, orderID, "pay-forgotten", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	b.clock.advance(2 * time.Second) // the provider's key has expired
+	retry := b.pay(t, orderID, "pay-forgotten", "pm_card_ok")
+	if retry.status != http.StatusCreated {
+		t.Fatalf("retry = %d %s", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1: the resumed attempt charged again", n)
+	}
+}
+
+// Drill 8 for payments: the key's record is gone and the same pay request
+// comes again: the original payment, no second charge.
+func TestDrill8_PaymentLateRetryAfterRecordExpired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	first := b.pay(t, orderID, "pay-late", "pm_card_ok")
+	if _, err := b.pool.Exec(context.Background(), `DELETE FROM api_idempotency WHERE operation = 'payments.create'`); err != nil {
+		t.Fatal(err)
+	}
+	late := b.pay(t, orderID, "pay-late", "pm_card_ok")
+	if late.status != http.StatusCreated || late.json(t)["id"] != first.json(t)["id"] {
+		t.Fatalf("late retry = %d %s, want the original payment", late.status, late.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'payment.succeeded'`); n != 1 {
+		t.Fatalf("payment.succeeded events = %d, want 1", n)
+	}
+}
+
+func (b *testBundle) paidOrder(t *testing.T) (paymentID string, amount int64) {
+	t.Helper()
+	orderID, amount := b.order(t, "o-refund")
+	r := b.pay(t, orderID, "pay-refund", "pm_card_ok")
+	if r.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", r.status, r.body)
+	}
+	return r.json(t)["id"].(string), amount
+}
+
+func (b *testBundle) refund(t *testing.T, paymentID, key string, amount int64) response {
+	t.Helper()
+	return b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, key, `{"amount":`+strconv.FormatInt(amount, 10)+`}`)
+}
+
+func TestRefunds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	paymentID, amount := b.paidOrder(t)
+	first := b.refund(t, paymentID, "refund-1", 500)
+	if first.status != http.StatusCreated || first.json(t)["status"] != "succeeded" {
+		t.Fatalf("refund = %d %s", first.status, first.body)
+	}
+	again := b.refund(t, paymentID, "refund-1", 500)
+	if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("refund replay = %d %s", again.status, again.body)
+	}
+	wantProblem(t, b.refund(t, paymentID, "refund-1", 600), http.StatusUnprocessableEntity, "idempotency_key_reused")
+	over := b.refund(t, paymentID, "refund-over", amount)
+	wantProblem(t, over, http.StatusUnprocessableEntity, "refund_exceeds_payment")
+	if r := b.refund(t, paymentID, "refund-over", amount); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("refund_exceeds_payment is not stored and replayed")
+	}
+	rest := b.refund(t, paymentID, "refund-rest", amount-500)
+	if rest.status != http.StatusCreated {
+		t.Fatalf("refund of the rest = %d %s", rest.status, rest.body)
+	}
+	p := b.do(t, "GET", "/v1/payments/"+paymentID, acme, "", "").json(t)
+	if int64(p["amount_refunded"].(float64)) != amount {
+		t.Fatalf("amount_refunded = %v, want %d", p["amount_refunded"], amount)
+	}
+	orderID := p["order_id"].(string)
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "refunded" {
+		t.Fatalf("order status = %v, want refunded", s)
+	}
+	if refunds := b.app.PSP().Ledger(paymentID).Refunds; len(refunds) != 2 {
+		t.Fatalf("provider refunds = %d, want 2", len(refunds))
+	}
+	wantProblem(t, b.refund(t, paymentID, "refund-zero", 0), http.StatusUnprocessableEntity, "validation_failed")
+}
+
+// Concurrent refunds that together exceed the payment: only the allowed ones
+// succeed, and the provider agrees with our records.
+func TestConcurrentRefundsNeverExceedPayment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	paymentID, amount := b.paidOrder(t)
+	part := amount/4 + 1 // four of these exceed the payment; three fit
+	const n = 8
+	results := make([]response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = b.refund(t, paymentID, "refund-"+strconv.Itoa(i), part)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	succeeded := 0
+	for _, r := range results {
+		switch r.status {
+		case http.StatusCreated:
+			succeeded++
+		case http.StatusUnprocessableEntity:
+			wantProblem(t, r, http.StatusUnprocessableEntity, "refund_exceeds_payment")
+		default:
+			t.Fatalf("unexpected %d %s", r.status, r.body)
+		}
+	}
+	if succeeded != 3 {
+		t.Fatalf("%d refunds of %d succeeded against %d, want 3", succeeded, part, amount)
+	}
+	var ours int64
+	if err := b.pool.QueryRow(context.Background(), `SELECT coalesce(sum(amount), 0) FROM refunds WHERE status = 'succeeded'`).Scan(&ours); err != nil {
+		t.Fatal(err)
+	}
+	var theirs int64
+	for _, r := range b.app.PSP().Ledger(paymentID).Refunds {
+		theirs += r.Amount
+	}
+	if ours != theirs || ours > amount {
+		t.Fatalf("refunded: ours %d, provider %d, payment %d", ours, theirs, amount)
+	}
+}
+
+// Drill 7 for refunds, via the recoverer.
+func TestDrill7_RefundCrashAfterProviderCall_Recoverer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, crashOnce(idempotency.OpRefundsCreate))
+	paymentID, _ := b.paidOrder(t)
+	if r := b.refund(t, paymentID, "refund-crash", 100); r.status < 500 {
+		t.Fatalf("crashed refund answered %d", r.status)
+	}
+	b.clock.advance(31 * time.Second)
+	if n, err := b.app.Payments().RecoverOnce(context.Background(), 10); err != nil || n != 1 {
+		t.Fatalf("RecoverOnce = %d, %v", n, err)
+	}
+	if refunds := b.app.PSP().Ledger(paymentID).Refunds; len(refunds) != 1 {
+		t.Fatalf("provider refunds = %d, want 1", len(refunds))
+	}
+	retry := b.refund(t, paymentID, "refund-crash", 100)
+	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after recovery = %d %s", retry.status, retry.body)
+	}
+}

@@ -1,0 +1,63 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+)
+
+// ErrUnknownReference is returned for a provider event that names no
+// payment or refund of ours.
+var ErrUnknownReference = errors.New("provider event names no payment or refund of ours")
+
+// ApplyChargeEvent applies a provider charge event (charge.succeeded or
+// charge.failed, from a webhook) in the caller's transaction. It finds the
+// payment by the reference we put in the charge's metadata. States only move
+// forward: a pending payment is finished (a payment left pending by an
+// unknown outcome is completed by its webhook); a finished one is left as it
+// is, so a late or repeated event changes nothing.
+func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) error {
+	id, err := uuid.Parse(c.Metadata["reference"])
+	if err != nil {
+		return fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+	}
+	pay, err := dbsqlc.New(tx).PaymentGetByID(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+	}
+	if err != nil {
+		return fmt.Errorf("load payment: %w", err)
+	}
+	if pay.Status != StatusPending {
+		return nil
+	}
+	_, err = s.applyCharge(ctx, tx, pay, c)
+	return err
+}
+
+// ApplyRefundEvent applies a provider refund (charge.refunded) in the
+// caller's transaction, found by the reference in the refund's metadata.
+// Forward only, like ApplyChargeEvent.
+func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) error {
+	id, err := uuid.Parse(r.Metadata["reference"])
+	if err != nil {
+		return fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
+	}
+	ref, err := dbsqlc.New(tx).RefundGetByID(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
+	}
+	if err != nil {
+		return fmt.Errorf("load refund: %w", err)
+	}
+	if ref.Status != StatusPending {
+		return nil
+	}
+	_, err = s.applyRefund(ctx, tx, ref, r)
+	return err
+}

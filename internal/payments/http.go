@@ -1,0 +1,121 @@
+package payments
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/wire"
+)
+
+// Handler serves the payment and refund endpoints.
+type Handler struct {
+	svc *Service
+}
+
+// NewHandler returns the handler for svc.
+func NewHandler(svc *Service) *Handler { return &Handler{svc: svc} }
+
+// MaxRefundAmount bounds a refund request; the payment bounds it further.
+const MaxRefundAmount = 1_000_000_000_00
+
+type payRequestJSON struct {
+	PaymentMethod *string `json:"payment_method"`
+}
+
+type refundRequestJSON struct {
+	Amount *int64 `json:"amount"`
+}
+
+// request reads what every POST here needs: the key, the body, and the
+// fingerprint over the operation, the path parameter and the body.
+func request(c echo.Context, op idempotency.Operation, pathParam string, v any) (idempotency.Request, error) {
+	key, err := idempotency.ParseKey(c.Request().Header)
+	if err != nil {
+		return idempotency.Request{}, err
+	}
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return idempotency.Request{}, err
+	}
+	if err := wire.Decode(body, v); err != nil {
+		return idempotency.Request{}, err
+	}
+	fp, err := idempotency.NewFingerprint(op, []string{pathParam}, body)
+	if err != nil {
+		return idempotency.Request{}, &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be canonicalized.", Err: err}
+	}
+	return idempotency.Request{
+		TenantID:    tenants.FromContext(c).ID,
+		Operation:   op,
+		Key:         key,
+		Fingerprint: fp,
+		RequestID:   c.Response().Header().Get(echo.HeaderXRequestID),
+	}, nil
+}
+
+// Pay handles POST /v1/orders/{id}/payments.
+func (h *Handler) Pay(c echo.Context) error {
+	orderID, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such order.")
+	}
+	var in payRequestJSON
+	req, err := request(c, idempotency.OpPaymentsCreate, orderID.String(), &in)
+	if err != nil {
+		return err
+	}
+	if in.PaymentMethod == nil || *in.PaymentMethod == "" || len(*in.PaymentMethod) > 64 {
+		return problem.Validation(problem.FieldError{Field: "payment_method", Message: "is required (at most 64 characters), e.g. pm_card_ok"})
+	}
+	resp, err := h.svc.Pay(c.Request().Context(), req, orderID, *in.PaymentMethod)
+	if err != nil {
+		return err
+	}
+	return resp.Write(c.Response())
+}
+
+// Refund handles POST /v1/payments/{id}/refunds.
+func (h *Handler) Refund(c echo.Context) error {
+	paymentID, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such payment.")
+	}
+	var in refundRequestJSON
+	req, err := request(c, idempotency.OpRefundsCreate, paymentID.String(), &in)
+	if err != nil {
+		return err
+	}
+	if in.Amount == nil || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
+		return problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive integer in minor units (at most %d)", int64(MaxRefundAmount))})
+	}
+	resp, err := h.svc.Refund(c.Request().Context(), req, paymentID, *in.Amount)
+	if err != nil {
+		return err
+	}
+	return resp.Write(c.Response())
+}
+
+// Get handles GET /v1/payments/{id}.
+func (h *Handler) Get(c echo.Context) error {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such payment.")
+	}
+	p, err := h.svc.Get(c.Request().Context(), tenants.FromContext(c).ID, id)
+	if errors.Is(err, postgres.ErrNotFound) {
+		return problem.New(problem.NotFound, "No such payment.")
+	}
+	if err != nil {
+		return err
+	}
+	return wire.JSON(c, http.StatusOK, paymentJSONFrom(p))
+}

@@ -1,0 +1,215 @@
+package payments
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrOutcomeUnknown means the provider may or may not have acted: a timeout,
+// a dropped connection, a 5xx, or a request of ours still in flight there.
+// The attempt stays pending; repeating it with the same provider key is safe.
+var ErrOutcomeUnknown = errors.New("payment provider outcome unknown")
+
+// Provider is the HTTP client of the payment provider (the simulator in
+// internal/pspsim, or anything that speaks its Stripe-like API).
+type Provider struct {
+	baseURL string
+	apiKey  string
+	client  *http.Client
+}
+
+// NewProvider returns a client for the provider at baseURL. timeout bounds
+// each call: past it the outcome is unknown, never assumed.
+func NewProvider(baseURL, apiKey string, timeout time.Duration) *Provider {
+	return &Provider{
+		baseURL: strings.TrimRight(baseURL, "/"),
+		apiKey:  apiKey,
+		client:  &http.Client{Timeout: timeout},
+	}
+}
+
+// Charge is the provider's charge object.
+type Charge struct {
+	ID             string            `json:"id"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	Status         string            `json:"status"` // succeeded or failed
+	FailureCode    *string           `json:"failure_code"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+// ProviderRefund is the provider's refund object.
+type ProviderRefund struct {
+	ID       string            `json:"id"`
+	Charge   string            `json:"charge"`
+	Amount   int64             `json:"amount"`
+	Status   string            `json:"status"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// RejectedError is a definite refusal by the provider (it did nothing).
+type RejectedError struct {
+	Status int
+	Code   string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("payment provider refused: %d %s", e.Status, e.Code)
+}
+
+type providerError struct {
+	Error struct {
+		Type   string `json:"type"`
+		Code   string `json:"code"`
+		Charge string `json:"charge"`
+	} `json:"error"`
+}
+
+// CreateCharge charges amount with the provider key key. A declined card is a
+// final outcome, returned as a Charge with status failed, not as an error.
+func (p *Provider) CreateCharge(ctx context.Context, key string, amount int64, currency, paymentMethod string, metadata map[string]string) (Charge, error) {
+	body := map[string]any{"amount": amount, "currency": currency, "payment_method": paymentMethod, "metadata": metadata}
+	var c Charge
+	status, raw, err := p.post(ctx, "/v1/charges", key, body)
+	if err != nil {
+		return Charge{}, err
+	}
+	switch {
+	case status == http.StatusOK:
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return Charge{}, fmt.Errorf("%w: decode charge: %v", ErrOutcomeUnknown, err)
+		}
+		return c, nil
+	case status == http.StatusPaymentRequired:
+		var pe providerError
+		if err := json.Unmarshal(raw, &pe); err != nil || pe.Error.Charge == "" {
+			return Charge{}, fmt.Errorf("%w: decode decline: %s", ErrOutcomeUnknown, raw)
+		}
+		code := pe.Error.Code
+		return Charge{ID: pe.Error.Charge, Amount: amount, Currency: currency, Status: "failed", FailureCode: &code, Metadata: metadata}, nil
+	}
+	return Charge{}, classify(status, raw)
+}
+
+// FindCharge returns the charge our reference created, or nil. It is asked
+// before a resumed attempt charges again: the provider forgets keys after
+// its retention (24 hours), our attempts live 45 days.
+func (p *Provider) FindCharge(ctx context.Context, reference string) (*Charge, error) {
+	var out struct {
+		Data []Charge `json:"data"`
+	}
+	if err := p.get(ctx, "/v1/charges?reference="+url.QueryEscape(reference), &out); err != nil {
+		return nil, err
+	}
+	for i := range out.Data {
+		if out.Data[i].Status == "succeeded" {
+			return &out.Data[i], nil
+		}
+	}
+	if len(out.Data) > 0 {
+		return &out.Data[0], nil
+	}
+	return nil, nil
+}
+
+// CreateRefund refunds amount of charge with the provider key key.
+func (p *Provider) CreateRefund(ctx context.Context, key, charge string, amount int64, metadata map[string]string) (ProviderRefund, error) {
+	body := map[string]any{"charge": charge, "amount": amount, "metadata": metadata}
+	status, raw, err := p.post(ctx, "/v1/refunds", key, body)
+	if err != nil {
+		return ProviderRefund{}, err
+	}
+	if status != http.StatusOK {
+		return ProviderRefund{}, classify(status, raw)
+	}
+	var r ProviderRefund
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return ProviderRefund{}, fmt.Errorf("%w: decode refund: %v", ErrOutcomeUnknown, err)
+	}
+	return r, nil
+}
+
+// FindRefund returns the refund our reference created on the charge that
+// chargeReference created, or nil.
+func (p *Provider) FindRefund(ctx context.Context, chargeReference, reference string) (*ProviderRefund, error) {
+	var out struct {
+		Refunds []ProviderRefund `json:"refunds"`
+	}
+	if err := p.get(ctx, "/v1/ledger?reference="+url.QueryEscape(chargeReference), &out); err != nil {
+		return nil, err
+	}
+	for i := range out.Refunds {
+		if out.Refunds[i].Metadata["reference"] == reference {
+			return &out.Refunds[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// classify turns a non-success answer into an error: a 4xx that says the
+// provider did nothing is a RejectedError; everything else is unknown.
+func classify(status int, raw []byte) error {
+	var pe providerError
+	_ = json.Unmarshal(raw, &pe)
+	if status >= 400 && status < 500 && status != http.StatusConflict && status != http.StatusTooManyRequests {
+		return &RejectedError{Status: status, Code: pe.Error.Code}
+	}
+	return fmt.Errorf("%w: status %d %s", ErrOutcomeUnknown, status, pe.Error.Code)
+}
+
+func (p *Provider) post(ctx context.Context, path, key string, body any) (int, []byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	return p.do(req)
+}
+
+func (p *Provider) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.baseURL+path, nil)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	status, raw, err := p.do(req)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return classify(status, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%w: decode %s: %v", ErrOutcomeUnknown, req.URL.Path, err)
+	}
+	return nil
+}
+
+func (p *Provider) do(req *http.Request) (int, []byte, error) {
+	if p.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+p.apiKey)
+	}
+	res, err := p.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: read answer: %v", ErrOutcomeUnknown, err)
+	}
+	return res.StatusCode, raw, nil
+}

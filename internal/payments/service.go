@@ -1,0 +1,331 @@
+package payments
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
+)
+
+// Hooks inject faults at the points where a process can die. They are nil in
+// production; the failure drills set them.
+type Hooks struct {
+	// AfterProviderCall runs after the provider answered and before phase 2
+	// records the outcome. An error stops the operation right there, as a
+	// crash would (drill 7): the claim stays pending with its lease.
+	AfterProviderCall func(op idempotency.Operation) error
+}
+
+// Service executes payments.create and refunds.create.
+type Service struct {
+	pool         *pgxpool.Pool
+	idem         *idempotency.Store
+	provider     *Provider
+	logger       *slog.Logger
+	now          func() time.Time
+	writeTimeout time.Duration
+	hooks        Hooks
+}
+
+// NewService returns a Service. writeTimeout bounds a started operation,
+// which runs to its end even when the client hangs up.
+func NewService(pool *pgxpool.Pool, idem *idempotency.Store, provider *Provider, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration, hooks Hooks) *Service {
+	return &Service{pool: pool, idem: idem, provider: provider, logger: logger, now: now, writeTimeout: writeTimeout, hooks: hooks}
+}
+
+// RetryAfterUnknown is the Retry-After of an unknown provider outcome.
+const RetryAfterUnknown = 2 * time.Second
+
+func (s *Service) nowUTC() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// Pay executes payments.create: charge the order once, whatever happens to
+// the requests that ask for it.
+func (s *Service) Pay(ctx context.Context, req idempotency.Request, orderID uuid.UUID, paymentMethod string) (idempotency.Response, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
+	defer cancel()
+	if resp, err := s.idem.Lookup(ctx, s.pool, req); err != nil || resp != nil {
+		return deref(resp), err
+	}
+
+	var (
+		claim *idempotency.Claim
+		pay   dbsqlc.Payment
+		final *idempotency.Response
+	)
+	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		claim, err = s.idem.Begin(ctx, tx, req)
+		if err != nil {
+			return err
+		}
+		if claim.Replay != nil {
+			final = claim.Replay
+			return nil
+		}
+		q := dbsqlc.New(tx)
+		if claim.ResourceID != nil { // phase 1 committed before: resume
+			pay, err = q.PaymentGetByID(ctx, *claim.ResourceID)
+			return err
+		}
+		pay, final, err = s.createPayment(ctx, tx, claim, orderID, paymentMethod)
+		return err
+	})
+	if err != nil || final != nil {
+		return deref(final), err
+	}
+	return s.completePayment(ctx, claim, pay)
+}
+
+// createPayment is phase 1 of a fresh claim: it records a pending payment, or
+// a final refusal (order already paid) as the claim's outcome.
+func (s *Service) createPayment(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, orderID uuid.UUID, paymentMethod string) (dbsqlc.Payment, *idempotency.Response, error) {
+	req := claim.Request()
+	q := dbsqlc.New(tx)
+	// A payment under this key while no record exists: the record expired
+	// and a genuine late retry arrived (drill 8). The payment decides.
+	if prev, err := q.PaymentGetByIdempotencyKey(ctx, dbsqlc.PaymentGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
+		if !bytes.Equal(prev.RequestHash, req.Fingerprint[:]) {
+			return dbsqlc.Payment{}, nil, problem.New(problem.IdempotencyKeyReused,
+				"This Idempotency-Key already created payment %s with a different request.", prev.ID)
+		}
+		return prev, nil, claim.Checkpoint(ctx, tx, pointPaymentCreated, &idempotency.Resource{Type: "payment", ID: prev.ID})
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return dbsqlc.Payment{}, nil, fmt.Errorf("load payment by key: %w", err)
+	}
+
+	order, err := q.OrderGetForUpdate(ctx, dbsqlc.OrderGetForUpdateParams{TenantID: req.TenantID, ID: orderID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dbsqlc.Payment{}, nil, problem.New(problem.NotFound, "No such order.")
+	}
+	if err != nil {
+		return dbsqlc.Payment{}, nil, fmt.Errorf("lock order: %w", err)
+	}
+	// The order row is locked: concurrent payments of this order (under other
+	// keys) queue here, so this check is not check-then-act. The partial
+	// unique index payments_one_live_per_order backs it up.
+	_, liveErr := q.PaymentGetLiveForOrder(ctx, order.ID)
+	if order.Status != "awaiting_payment" || liveErr == nil {
+		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.OrderAlreadyPaid,
+			"Order %s is already paid or has a payment in progress.", order.ID), nil)
+		return dbsqlc.Payment{}, resp, err
+	}
+	if !errors.Is(liveErr, pgx.ErrNoRows) {
+		return dbsqlc.Payment{}, nil, fmt.Errorf("load live payment: %w", liveErr)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return dbsqlc.Payment{}, nil, err
+	}
+	pay, err := q.PaymentInsert(ctx, dbsqlc.PaymentInsertParams{
+		ID:             id,
+		TenantID:       req.TenantID,
+		OrderID:        order.ID,
+		IdempotencyKey: string(req.Key),
+		RequestHash:    req.Fingerprint[:],
+		ProviderKey:    ProviderKey(req.TenantID, req.Operation, req.Key),
+		Amount:         order.AmountTotal,
+		Currency:       order.Currency,
+		PaymentMethod:  paymentMethod,
+		CreatedAt:      s.nowUTC(),
+	})
+	if err != nil {
+		return dbsqlc.Payment{}, nil, fmt.Errorf("insert payment: %w", err)
+	}
+	return pay, nil, claim.Checkpoint(ctx, tx, pointPaymentCreated, &idempotency.Resource{Type: "payment", ID: pay.ID})
+}
+
+// completePayment calls the provider for a pending payment (unless a webhook
+// already finished it) and runs phase 2.
+func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim, pay dbsqlc.Payment) (idempotency.Response, error) {
+	var charge *Charge
+	if pay.Status == StatusPending {
+		c, err := s.charge(ctx, claim, pay)
+		if err != nil {
+			return s.unknownOutcome(ctx, claim, err)
+		}
+		charge = &c
+		if h := s.hooks.AfterProviderCall; h != nil {
+			if err := h(idempotency.OpPaymentsCreate); err != nil {
+				return idempotency.Response{}, err
+			}
+		}
+	}
+	var resp idempotency.Response
+	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if done, err := claim.Reacquire(ctx, tx); err != nil || done != nil {
+			resp = deref(done)
+			return err
+		}
+		var (
+			final dbsqlc.Payment
+			err   error
+		)
+		if charge != nil {
+			final, err = s.applyCharge(ctx, tx, pay, *charge)
+		} else {
+			final, err = dbsqlc.New(tx).PaymentGetByID(ctx, pay.ID) // finished meanwhile, e.g. by its webhook
+		}
+		if err != nil {
+			return err
+		}
+		resp, err = s.finishPayment(ctx, tx, claim, final)
+		return err
+	})
+	return resp, err
+}
+
+// charge asks the provider for the charge. A resumed attempt may have
+// charged already, possibly longer ago than the provider keeps keys: it looks
+// the charge up by our reference first.
+func (s *Service) charge(ctx context.Context, claim *idempotency.Claim, pay dbsqlc.Payment) (Charge, error) {
+	if claim.Resumed {
+		found, err := s.provider.FindCharge(ctx, pay.ID.String())
+		if err != nil {
+			return Charge{}, err
+		}
+		if found != nil {
+			s.logger.InfoContext(ctx, "resumed payment found its charge at the provider",
+				"payment_id", pay.ID, "charge_id", found.ID, "idempotency_key", string(claim.Request().Key))
+			return *found, nil
+		}
+	}
+	return s.provider.CreateCharge(ctx, pay.ProviderKey, pay.Amount, pay.Currency, pay.PaymentMethod, map[string]string{
+		"reference":       pay.ID.String(),
+		"order_id":        pay.OrderID.String(),
+		"tenant_id":       pay.TenantID.String(),
+		"idempotency_key": pay.IdempotencyKey,
+	})
+}
+
+// applyCharge records a provider charge on a payment: pending becomes
+// succeeded or failed, once. It is shared by phase 2, the recoverer and the
+// webhook worker; whoever moves the payment emits its event, so there is
+// exactly one. A payment that is no longer pending is returned as it is.
+func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay dbsqlc.Payment, c Charge) (dbsqlc.Payment, error) {
+	q := dbsqlc.New(tx)
+	now := s.nowUTC()
+	var (
+		row   dbsqlc.Payment
+		err   error
+		event string
+	)
+	if c.Status == StatusSucceeded {
+		row, err = q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: &c.ID, Now: now, ID: pay.ID})
+		event = EventPaymentSucceeded
+	} else {
+		code := "card_declined"
+		if c.FailureCode != nil {
+			code = *c.FailureCode
+		}
+		row, err = q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: &c.ID, FailureCode: &code, Now: now, ID: pay.ID})
+		event = EventPaymentFailed
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return q.PaymentGetByID(ctx, pay.ID) // finished by somebody else first
+	}
+	if err != nil {
+		return dbsqlc.Payment{}, fmt.Errorf("record charge: %w", err)
+	}
+	if row.Status == StatusSucceeded {
+		if _, err := q.OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: "paid", Now: now, ID: row.OrderID}); err != nil {
+			return dbsqlc.Payment{}, fmt.Errorf("mark order paid: %w", err)
+		}
+	}
+	if _, err := outbox.Append(ctx, tx, outbox.Event{
+		TenantID:       row.TenantID,
+		Type:           event,
+		AggregateType:  "payment",
+		AggregateID:    row.ID,
+		IdempotencyKey: row.IdempotencyKey,
+		OccurredAt:     now,
+		Payload:        paymentJSONFrom(row),
+	}); err != nil {
+		return dbsqlc.Payment{}, err
+	}
+	return row, nil
+}
+
+// finishPayment stores the answer for a final payment: 201 with the payment,
+// or 402 card_declined.
+func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, pay dbsqlc.Payment) (idempotency.Response, error) {
+	res := &idempotency.Resource{Type: "payment", ID: pay.ID}
+	if pay.Status == StatusFailed {
+		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.CardDeclined,
+			"The card was declined (%s). Payment %s failed; a new attempt needs a new Idempotency-Key.", deref(pay.FailureCode), pay.ID), res)
+		return deref(resp), err
+	}
+	body, err := wire.Encode(paymentJSONFrom(pay))
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	return claim.Finish(ctx, tx, idempotency.Response{
+		Status:      http.StatusCreated,
+		ContentType: "application/json",
+		Location:    "/v1/payments/" + pay.ID.String(),
+		Body:        body,
+	}, res)
+}
+
+// finishProblem stores a business failure as the claim's final outcome.
+func (s *Service) finishProblem(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, pe *problem.Error, res *idempotency.Resource) (*idempotency.Response, error) {
+	resp, err := claim.Finish(ctx, tx, idempotency.Response{
+		Status:      problem.Status(pe.Code),
+		ContentType: problem.ContentType,
+		Body:        pe.JSON(),
+	}, res)
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// unknownOutcome answers 503 when the provider's answer is unknown. The claim
+// stays pending (nothing final is stored) and its lease ends now, so the
+// client's retry resumes the attempt with the same provider key at once. A
+// definite refusal is no unknown outcome; it is a bug of ours, kept pending
+// for an operator to see.
+func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, cause error) (idempotency.Response, error) {
+	var rejected *RejectedError
+	if errors.As(cause, &rejected) {
+		return idempotency.Response{}, fmt.Errorf("provider refused %s %s: %w", claim.Request().Operation, claim.Request().Key, cause)
+	}
+	s.logger.WarnContext(ctx, "provider outcome unknown; attempt stays pending",
+		"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key), "error", cause.Error())
+	if err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error { return claim.Release(ctx, tx) }); err != nil {
+		s.logger.ErrorContext(ctx, "release lease", "error", err.Error()) // the lease then simply runs out
+	}
+	return idempotency.Response{}, &problem.Error{
+		Code:       problem.PaymentProviderUnavailable,
+		Detail:     "The payment provider did not answer. Nothing is lost: retry with the same Idempotency-Key to resume this attempt.",
+		RetryAfter: RetryAfterUnknown,
+		Err:        cause,
+	}
+}
+
+// Get returns one of the tenant's payments.
+func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (dbsqlc.Payment, error) {
+	p, err := dbsqlc.New(s.pool).PaymentGet(ctx, dbsqlc.PaymentGetParams{TenantID: tenantID, ID: id})
+	return p, postgres.NotFound(err)
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
