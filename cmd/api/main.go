@@ -3,6 +3,7 @@
 //	api serve                              run the API (the default)
 //	api migrate up|down [N]|version        manage the schema
 //	api tenants create --slug S --name N   create a tenant, print its key once
+//	api sweep [--once]                     delete expired records
 //	api version                            print the build version
 //
 // Configuration comes from environment variables; see the README.
@@ -45,6 +46,7 @@ Commands:
   migrate down [N]                    revert the last N migrations (default 1)
   migrate version                     print the applied schema version
   tenants create --slug S [--name N]  create a tenant and print its API key once
+  sweep [--once]                      delete expired records (loop every SWEEP_INTERVAL, or once)
   version                             print the build version
 
 Configuration is read from environment variables (DATABASE_URL, HTTP_ADDR,
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(args, getenv, stdout)
 	case "tenants":
 		return tenantsCmd(ctx, args, getenv, stdout, stderr)
+	case "sweep":
+		return sweep(ctx, args, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -175,6 +179,36 @@ func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	fmt.Fprintf(stdout, "tenant %s created (id %s)\nAPI key (shown once, store it now): %s\n", t.Slug, t.ID, key)
+	return nil
+}
+
+func sweep(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	once := fs.Bool("once", false, "sweep once and exit (default: every SWEEP_INTERVAL until stopped)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	cfg.HTTPAddr = "127.0.0.1:0" // the sweeper serves nothing
+	logger := newLogger(stderr, cfg.LogLevel)
+	a, err := app.New(ctx, cfg, logger, time.Now)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if !*once {
+		return a.Sweeper().Run(ctx, cfg.SweepInterval)
+	}
+	rep, err := a.Sweeper().SweepOnce(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted: api_idempotency %d, outbox_events %d, webhook_receipts %d; stuck unsettled operations: %d\n",
+		rep.Deleted["api_idempotency"], rep.Deleted["outbox_events"], rep.Deleted["webhook_receipts"], rep.Stuck)
 	return nil
 }
 

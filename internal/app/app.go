@@ -23,8 +23,13 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
+
+// stuckAfter is how long a pending operation may outlive its lease before
+// the sweeper reports it as stuck.
+const stuckAfter = 15 * time.Minute
 
 // App is the service with everything it runs.
 type App struct {
@@ -39,6 +44,7 @@ type App struct {
 	pspLn net.Listener
 
 	payments *payments.Service
+	sweeper  *retention.Sweeper
 	// Tenants is exposed for the CLI.
 	Tenants *tenants.Service
 }
@@ -82,10 +88,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		}
 	}
 
-	idem := idempotency.NewStore(idempotency.DefaultPolicy(), cfg.IdempotencyLease, now)
+	if err := retention.Check(cfg.Retention, cfg.Horizons); err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
+	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now)
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout)
 	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now)
 	a.handler = httpapi.New(httpapi.Deps{
 		Logger:   logger,
 		Pool:     pool,
@@ -125,6 +135,9 @@ func (a *App) PSP() *pspsim.Server { return a.psp }
 
 // Payments returns the payment service (the recoverer's entry, for tests).
 func (a *App) Payments() *payments.Service { return a.payments }
+
+// Sweeper returns the retention sweeper (for `api sweep` and tests).
+func (a *App) Sweeper() *retention.Sweeper { return a.sweeper }
 
 // Handler returns the HTTP handler.
 func (a *App) Handler() http.Handler { return a.handler }
@@ -173,6 +186,9 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	if a.psp != nil {
 		run("pspsim-webhooks", a.psp.Run)
+	}
+	if a.cfg.SweepInterval > 0 {
+		run("retention-sweeper", func(ctx context.Context) error { return a.sweeper.Run(ctx, a.cfg.SweepInterval) })
 	}
 	if a.cfg.RecovererInterval > 0 {
 		run("payments-recoverer", func(ctx context.Context) error { return a.payments.RunRecoverer(ctx, a.cfg.RecovererInterval) })

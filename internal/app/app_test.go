@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
 )
 
@@ -71,6 +72,10 @@ func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 		// exactly who finishes an abandoned attempt.
 		RecovererInterval:     0,
 		WebhookWorkerInterval: time.Second,
+		Horizons:              retention.DefaultHorizons(),
+		Retention:             retention.DefaultPolicy(),
+		SweepInterval:         0, // tests sweep when they mean to
+		SweepBatch:            500,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/retention"
 )
 
 // Config is the process configuration, read from environment variables (the
@@ -68,6 +70,24 @@ type Config struct {
 	// default 1s).
 	WebhookWorkerInterval time.Duration
 
+	// Horizons declare how long after the fact each source may send the same
+	// intent again (HORIZON_CLIENT_RETRY 1d, HORIZON_QUEUE_REDELIVERY 7d,
+	// HORIZON_WEBHOOK_REDELIVERY 3d, HORIZON_OPERATOR_REPLAY 30d,
+	// HORIZON_SETTLEMENT 45d).
+	Horizons retention.Horizons
+	// Retention is how long each kind of record is kept (RETENTION_ORDERS_CREATE
+	// 7d, RETENTION_PAYMENTS_CREATE 45d, RETENTION_REFUNDS_CREATE 45d,
+	// RETENTION_PROCESSED_MESSAGES 35d, RETENTION_WEBHOOK_RECEIPTS 7d,
+	// RETENTION_PUBLISHED_EVENTS 35d). A retention shorter than a horizon it
+	// must cover refuses to start.
+	Retention retention.Policy
+	// SweepInterval is how often expired records are deleted (SWEEP_INTERVAL,
+	// default 1m; 0 disables the in-process sweeper).
+	SweepInterval time.Duration
+	// SweepBatch bounds the rows one delete statement removes (SWEEP_BATCH,
+	// default 500).
+	SweepBatch int
+
 	// PaymentHooks inject faults for the failure drills. Never set from the
 	// environment.
 	PaymentHooks payments.Hooks
@@ -102,6 +122,29 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PSPKeyRetention:       r.duration("PSP_KEY_RETENTION", 24*time.Hour),
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
+		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
+		SweepBatch:            r.integer("SWEEP_BATCH", 500, 1, 100_000),
+	}
+	h, p := retention.DefaultHorizons(), retention.DefaultPolicy()
+	c.Horizons = retention.Horizons{
+		ClientRetry:       r.duration("HORIZON_CLIENT_RETRY", h.ClientRetry),
+		QueueRedelivery:   r.duration("HORIZON_QUEUE_REDELIVERY", h.QueueRedelivery),
+		WebhookRedelivery: r.duration("HORIZON_WEBHOOK_REDELIVERY", h.WebhookRedelivery),
+		OperatorReplay:    r.duration("HORIZON_OPERATOR_REPLAY", h.OperatorReplay),
+		Settlement:        r.duration("HORIZON_SETTLEMENT", h.Settlement),
+	}
+	c.Retention = retention.Policy{
+		Idempotency: idempotency.Policy{
+			idempotency.OpOrdersCreate:   r.duration("RETENTION_ORDERS_CREATE", p.Idempotency[idempotency.OpOrdersCreate]),
+			idempotency.OpPaymentsCreate: r.duration("RETENTION_PAYMENTS_CREATE", p.Idempotency[idempotency.OpPaymentsCreate]),
+			idempotency.OpRefundsCreate:  r.duration("RETENTION_REFUNDS_CREATE", p.Idempotency[idempotency.OpRefundsCreate]),
+		},
+		ProcessedMessages: r.duration("RETENTION_PROCESSED_MESSAGES", p.ProcessedMessages),
+		WebhookReceipts:   r.duration("RETENTION_WEBHOOK_RECEIPTS", p.WebhookReceipts),
+		PublishedEvents:   r.duration("RETENTION_PUBLISHED_EVENTS", p.PublishedEvents),
+	}
+	if err := retention.Check(c.Retention, c.Horizons); err != nil {
+		r.errs = append(r.errs, err)
 	}
 	if c.DatabaseURL == "" {
 		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))
@@ -145,14 +188,23 @@ func (r *envReader) integer(name string, def, lo, hi int) int {
 	return n
 }
 
+// duration reads a Go duration, or whole days as "45d".
 func (r *envReader) duration(name string, def time.Duration) time.Duration {
 	v := r.getenv(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	var d time.Duration
+	var err error
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		var days int
+		days, err = strconv.Atoi(n)
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		d, err = time.ParseDuration(v)
+	}
 	if err != nil || d < 0 {
-		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a duration such as 2s or 45m", name, v))
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a duration such as 2s, 45m or 45d", name, v))
 	}
 	return d
 }

@@ -24,6 +24,14 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || c.DemoMode {
 		t.Fatalf("default config = %+v, %v", c, err)
 	}
+	// Rule 5 at startup: a retention shorter than the horizon it covers is
+	// refused, with the horizon and the numbers.
+	short := map[string]string{"DATABASE_URL": "postgres://x", "RETENTION_PAYMENTS_CREATE": "5m", "HORIZON_SETTLEMENT": "60d"}
+	_, err = app.ConfigFromEnv(func(k string) string { return short[k] })
+	if err == nil || !strings.Contains(err.Error(), "retention of payments.create (5m) is shorter than the settlement horizon (60d)") ||
+		!strings.Contains(err.Error(), "retention of refunds.create (45d) is shorter than the settlement horizon (60d)") {
+		t.Fatalf("short retention: %v", err)
+	}
 	// Every bad variable is reported at once.
 	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud"}
 	_, err = app.ConfigFromEnv(func(k string) string { return bad[k] })

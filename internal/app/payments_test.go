@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/retention"
 )
 
 // order creates an order and returns its id and amount.
@@ -472,5 +473,39 @@ func TestDrill7_RefundCrashAfterProviderCall_Recoverer(t *testing.T) {
 	retry := b.refund(t, paymentID, "refund-crash", 100)
 	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry after recovery = %d %s", retry.status, retry.body)
+	}
+}
+
+// Drill 8 through the sweeper itself: time passes beyond the retention, the
+// sweeper deletes the records, and the genuine late retries of an order and
+// of its payment cause no second effect.
+func TestDrill8_LateRetryAfterSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o-swept")
+	pay := b.pay(t, orderID, "pay-swept", "pm_card_ok")
+	if pay.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", pay.status, pay.body)
+	}
+	b.clock.advance(45*retention.Day + time.Minute)
+	rep, err := b.app.Sweeper().SweepOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted["api_idempotency"] != 2 || b.count(t, `SELECT count(*) FROM api_idempotency`) != 0 {
+		t.Fatalf("sweep report %+v; want both records deleted", rep)
+	}
+	if r := b.do(t, "POST", "/v1/orders", acme, "o-swept", orderBody); r.status != http.StatusOK || r.json(t)["id"] != orderID {
+		t.Fatalf("late order retry = %d %s, want 200 with the original order", r.status, r.body)
+	}
+	late := b.pay(t, orderID, "pay-swept", "pm_card_ok")
+	if late.status != http.StatusCreated || late.json(t)["id"] != pay.json(t)["id"] {
+		t.Fatalf("late pay retry = %d %s, want the original payment", late.status, late.body)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders`); n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
 	}
 }

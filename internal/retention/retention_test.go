@@ -1,0 +1,189 @@
+package retention_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/testdb"
+)
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	if err := retention.Check(retention.DefaultPolicy(), retention.DefaultHorizons()); err != nil {
+		t.Fatalf("the defaults do not pass their own check: %v", err)
+	}
+	short := retention.DefaultPolicy()
+	short.Idempotency = idempotency.Policy{
+		idempotency.OpOrdersCreate:   retention.Day,
+		idempotency.OpPaymentsCreate: 5 * time.Minute, // the SQS FIFO window
+		idempotency.OpRefundsCreate:  45 * retention.Day,
+	}
+	short.ProcessedMessages = 7 * retention.Day
+	err := retention.Check(short, retention.DefaultHorizons())
+	if err == nil {
+		t.Fatal("a 5-minute retention for payments passed the check")
+	}
+	for _, want := range []string{
+		"retention of payments.create (5m) is shorter than the settlement horizon (45d)",
+		"retention of processed_messages (7d) is shorter than the operator replay horizon (30d)",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "orders.create") || strings.Contains(err.Error(), "refunds.create") {
+		t.Fatalf("error names retentions that are fine: %v", err)
+	}
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+type bundle struct {
+	pool    *pgxpool.Pool
+	clock   *clock
+	sweeper *retention.Sweeper
+	tenant  uuid.UUID
+	t0      time.Time
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := testdb.Pool(t)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b := &bundle{pool: pool, clock: &clock{t: t0}, tenant: uuid.New(), t0: t0}
+	b.sweeper = retention.NewSweeper(pool, retention.DefaultPolicy(), 100, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now)
+	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, 't', 'T', $2)`, b.tenant, t0)
+	return b
+}
+
+func (b *bundle) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func (b *bundle) count(t *testing.T, q string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// record inserts an idempotency record in state with the given expiry.
+func (b *bundle) record(t *testing.T, key, state string, expires, lockedUntil time.Time) {
+	t.Helper()
+	b.exec(t, `INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+		locked_until, request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at)
+		VALUES ($1, 'payments.create', $2, '\x00', $3, 'x', $4, '', 201, '{}', '{}', $5, $5, $6)`,
+		b.tenant, key, state, lockedUntil, b.t0, expires)
+}
+
+func TestSweepExpiryBoundary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	exp := b.t0.Add(45 * retention.Day)
+	b.record(t, "k", "completed", exp, exp)
+	b.clock.set(exp.Add(-time.Microsecond))
+	if _, err := b.sweeper.SweepOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b.count(t, `SELECT count(*) FROM api_idempotency`) != 1 {
+		t.Fatal("a record was deleted before its expiry")
+	}
+	b.clock.set(exp.Add(time.Microsecond))
+	rep, err := b.sweeper.SweepOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.count(t, `SELECT count(*) FROM api_idempotency`) != 0 || rep.Deleted["api_idempotency"] != 1 {
+		t.Fatalf("record not deleted after its expiry (report %+v)", rep)
+	}
+}
+
+// Unsettled operations survive, and are reported as stuck once their lease
+// has been over for a while.
+func TestSweepKeepsUnsettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.t0.Add(-100 * retention.Day)
+	b.record(t, "pending", "pending", old, old)
+	b.record(t, "done", "completed", old, old)
+	b.exec(t, `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at)
+		VALUES ($1, $2, 'x', 'x', $1, '', '{}', $3, NULL), ($4, $2, 'x', 'x', $4, '', '{}', $3, $3)`, uuid.New(), b.tenant, old, uuid.New())
+	b.exec(t, `INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at, processed_at)
+		VALUES ('unprocessed', 'x', '{}', $1, NULL), ('processed', 'x', '{}', $1, $1)`, old)
+	rep, err := b.sweeper.SweepOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'pending'`); got != 1 {
+		t.Fatal("a pending (unsettled) record was deleted")
+	}
+	if b.count(t, `SELECT count(*) FROM api_idempotency`) != 1 {
+		t.Fatal("the finished expired record survived")
+	}
+	if b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) != 1 || b.count(t, `SELECT count(*) FROM outbox_events`) != 1 {
+		t.Fatal("outbox: want the unpublished row kept and the old published one deleted")
+	}
+	if b.count(t, `SELECT count(*) FROM webhook_receipts`) != 1 || b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL`) != 1 {
+		t.Fatal("receipts: want the unprocessed one kept and the old processed one deleted")
+	}
+	if rep.Stuck != 1 {
+		t.Fatalf("stuck = %d, want 1", rep.Stuck)
+	}
+}
+
+// Two sweepers at once delete every expired record exactly once, without
+// errors or waiting on each other.
+func TestTwoSweepersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+		locked_until, request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at)
+		SELECT $1, 'orders.create', 'k' || g, '\x00', 'completed', 'finished', NULL, '', 201, '{}', '{}', $2, $2, $2
+		FROM generate_series(1, 2000) g`, b.tenant, b.t0)
+	b.clock.set(b.t0.Add(time.Second))
+	var wg sync.WaitGroup
+	reports := make([]retention.Report, 2)
+	for i := range reports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := b.sweeper.SweepOnce(context.Background())
+			if err != nil {
+				t.Errorf("sweeper %d: %v", i, err)
+			}
+			reports[i] = rep
+		}()
+	}
+	wg.Wait()
+	if left := b.count(t, `SELECT count(*) FROM api_idempotency`); left != 0 {
+		t.Fatalf("%d records left", left)
+	}
+	if total := reports[0].Deleted["api_idempotency"] + reports[1].Deleted["api_idempotency"]; total != 2000 {
+		t.Fatalf("sweepers report %d deletions, want 2000", total)
+	}
+}

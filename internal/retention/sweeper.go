@@ -1,0 +1,124 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// Sweeper deletes expired records in small batches.
+type Sweeper struct {
+	pool   *pgxpool.Pool
+	policy Policy
+	batch  int
+	// stuckAfter is how long a pending record may sit with an expired lease
+	// before it is reported as stuck.
+	stuckAfter time.Duration
+	logger     *slog.Logger
+	now        func() time.Time
+}
+
+// NewSweeper returns a Sweeper that deletes at most batch rows per statement.
+func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time) *Sweeper {
+	return &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now}
+}
+
+// Report counts what one sweep did.
+type Report struct {
+	// Deleted counts deleted rows per kind.
+	Deleted map[string]int64
+	// Stuck counts pending idempotency records whose lease ran out more than
+	// stuckAfter ago: unsettled operations, kept, and worth a look.
+	Stuck int64
+}
+
+// Bounds of one delete statement: a batch never holds its locks long, and a
+// row some request holds is skipped, not waited for.
+const (
+	batchStatementTimeout = 5 * time.Second
+	batchLockTimeout      = 100 * time.Millisecond
+)
+
+// SweepOnce deletes every expired record, a batch per transaction, until
+// none is left or ctx ends. Several sweepers may run at once: they skip the
+// rows the others hold.
+func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
+	now := s.now().UTC()
+	rep := Report{Deleted: map[string]int64{}}
+	kinds := []struct {
+		name   string
+		delete func(q *dbsqlc.Queries) (int64, error)
+	}{
+		{"api_idempotency", func(q *dbsqlc.Queries) (int64, error) {
+			// Each record carries its own expiry, set from the policy of its
+			// operation when it was finished.
+			return q.RetentionDeleteIdempotency(ctx, dbsqlc.RetentionDeleteIdempotencyParams{Cutoff: now, MaxRows: int32(s.batch)})
+		}},
+		{"outbox_events", func(q *dbsqlc.Queries) (int64, error) {
+			return q.RetentionDeletePublishedEvents(ctx, dbsqlc.RetentionDeletePublishedEventsParams{Cutoff: now.Add(-s.policy.PublishedEvents), MaxRows: int32(s.batch)})
+		}},
+		{"webhook_receipts", func(q *dbsqlc.Queries) (int64, error) {
+			return q.RetentionDeleteWebhookReceipts(ctx, dbsqlc.RetentionDeleteWebhookReceiptsParams{Cutoff: now.Add(-s.policy.WebhookReceipts), MaxRows: int32(s.batch)})
+		}},
+	}
+	for _, k := range kinds {
+		for {
+			var n int64
+			err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)`,
+					fmt.Sprint(batchStatementTimeout.Milliseconds()), fmt.Sprint(batchLockTimeout.Milliseconds())); err != nil {
+					return err
+				}
+				var err error
+				n, err = k.delete(dbsqlc.New(tx))
+				return err
+			})
+			if err != nil {
+				return rep, fmt.Errorf("sweep %s: %w", k.name, err)
+			}
+			rep.Deleted[k.name] += n
+			if n < int64(s.batch) {
+				break
+			}
+		}
+	}
+	stuck, err := dbsqlc.New(s.pool).RetentionCountStuck(ctx, now.Add(-s.stuckAfter))
+	if err != nil {
+		return rep, fmt.Errorf("count stuck operations: %w", err)
+	}
+	rep.Stuck = stuck
+	if stuck > 0 {
+		s.logger.WarnContext(ctx, "unsettled operations kept past their lease; the recoverer has not finished them",
+			"stuck", stuck, "stuck_after", s.stuckAfter)
+	}
+	return rep, nil
+}
+
+// Run sweeps every interval, with jitter so several processes spread out,
+// until ctx is cancelled.
+func (s *Sweeper) Run(ctx context.Context, interval time.Duration) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval/2 + rand.N(interval)):
+		}
+		rep, err := s.SweepOnce(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.logger.ErrorContext(ctx, "sweep", "error", err.Error())
+			continue
+		}
+		s.logger.InfoContext(ctx, "swept expired records", "deleted", rep.Deleted, "stuck", rep.Stuck)
+	}
+}
