@@ -9,12 +9,13 @@ RETURNING delivery_id;
 
 -- name: WebhookReceiptClaimBatch :many
 -- WebhookReceiptClaimBatch locks up to max_rows unprocessed receipts, oldest
--- first, skipping those another worker holds. A receipt that failed n times
--- waits until received_at + (2^n - 1) seconds, so a poison receipt backs off
--- exponentially instead of taking every round's batch.
+-- first, skipping those another worker holds. A new receipt is due at once;
+-- one that failed n times waits until received_at + (2^n - 1) seconds, so a
+-- poison receipt backs off exponentially instead of taking every round's
+-- batch.
 SELECT * FROM webhook_receipts
 WHERE processed_at IS NULL
-  AND received_at + (power(2, LEAST(attempts, 30)) - 1) * interval '1 second' <= @now::timestamptz
+  AND (attempts = 0 OR received_at + (power(2, LEAST(attempts, 30)) - 1) * interval '1 second' <= @now::timestamptz)
 ORDER BY received_at, delivery_id
 LIMIT @max_rows
 FOR UPDATE SKIP LOCKED;

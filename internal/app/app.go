@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // stuckAfter is how long a pending operation may outlive its lease before
@@ -45,6 +46,8 @@ type App struct {
 
 	payments *payments.Service
 	sweeper  *retention.Sweeper
+	// webhookWorker applies received provider webhooks.
+	webhookWorker *webhooks.Worker
 	// Tenants is exposed for the CLI.
 	Tenants *tenants.Service
 }
@@ -95,6 +98,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout)
 	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secrets: %w", err)
+	}
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now)
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now)
 	a.handler = httpapi.New(httpapi.Deps{
 		Logger:   logger,
@@ -103,6 +111,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Orders:   orders.NewHandler(orderSvc),
 		Payments: payments.NewHandler(a.payments),
 		Events:   outbox.NewHandler(pool),
+		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify),
 	})
 	return a, nil
 }
@@ -187,6 +196,7 @@ func (a *App) Serve(ctx context.Context) error {
 	if a.psp != nil {
 		run("pspsim-webhooks", a.psp.Run)
 	}
+	run("webhooks-worker", func(ctx context.Context) error { return a.webhookWorker.Run(ctx, a.cfg.WebhookWorkerInterval) })
 	if a.cfg.SweepInterval > 0 {
 		run("retention-sweeper", func(ctx context.Context) error { return a.sweeper.Run(ctx, a.cfg.SweepInterval) })
 	}

@@ -509,3 +509,35 @@ func TestDrill8_LateRetryAfterSweep(t *testing.T) {
 		t.Fatalf("provider charges = %d, want 1", n)
 	}
 }
+
+// The provider's signed webhook, delivered over HTTP by the embedded
+// simulator, completes a payment left pending by an unknown outcome, with no
+// client retry; the retry that comes later answers from that state.
+func TestWebhookCompletesPendingPayment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	b.faults(t, pspsim.Faults{DropNext: 1})
+	wantProblem(t, b.pay(t, orderID, "pay-webhook", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	waitFor(t, 15*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`) == 1
+	})
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
+		t.Fatalf("order = %v, want paid", s)
+	}
+	retry := b.pay(t, orderID, "pay-webhook", "pm_card_ok")
+	if retry.status != http.StatusCreated || retry.json(t)["status"] != "succeeded" {
+		t.Fatalf("retry = %d %s", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'payment.succeeded'`); n != 1 {
+		t.Fatalf("payment.succeeded events = %d, want 1 (webhook and retry must not both emit)", n)
+	}
+	// Every delivery so far was received once and applied; duplicates of
+	// them would change nothing (internal/webhooks tests drill 5).
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL`); n != 0 {
+		t.Fatalf("%d webhook receipts unprocessed", n)
+	}
+}

@@ -13,7 +13,7 @@ import (
 const webhookReceiptClaimBatch = `-- name: WebhookReceiptClaimBatch :many
 SELECT delivery_id, event_type, payload, received_at, processed_at, attempts, last_error FROM webhook_receipts
 WHERE processed_at IS NULL
-  AND received_at + (power(2, LEAST(attempts, 30)) - 1) * interval '1 second' <= $1::timestamptz
+  AND (attempts = 0 OR received_at + (power(2, LEAST(attempts, 30)) - 1) * interval '1 second' <= $1::timestamptz)
 ORDER BY received_at, delivery_id
 LIMIT $2
 FOR UPDATE SKIP LOCKED
@@ -25,9 +25,10 @@ type WebhookReceiptClaimBatchParams struct {
 }
 
 // WebhookReceiptClaimBatch locks up to max_rows unprocessed receipts, oldest
-// first, skipping those another worker holds. A receipt that failed n times
-// waits until received_at + (2^n - 1) seconds, so a poison receipt backs off
-// exponentially instead of taking every round's batch.
+// first, skipping those another worker holds. A new receipt is due at once;
+// one that failed n times waits until received_at + (2^n - 1) seconds, so a
+// poison receipt backs off exponentially instead of taking every round's
+// batch.
 func (q *Queries) WebhookReceiptClaimBatch(ctx context.Context, arg WebhookReceiptClaimBatchParams) ([]WebhookReceipt, error) {
 	rows, err := q.db.Query(ctx, webhookReceiptClaimBatch, arg.Now, arg.MaxRows)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/internal/wire"
 )
 
@@ -29,6 +30,7 @@ type Deps struct {
 	Orders   *orders.Handler
 	Payments *payments.Handler
 	Events   *outbox.Handler
+	Webhooks *webhooks.Receiver
 }
 
 // New returns the service's HTTP handler.
@@ -48,6 +50,8 @@ func New(d Deps) *echo.Echo {
 
 	e.GET("/healthz", healthz)
 	e.GET("/readyz", readyz(d.Pool))
+	// The provider authenticates by signature, not by tenant key.
+	e.POST("/webhooks/psp", d.Webhooks.Handle)
 
 	// Authentication is attached per route, not to the group: echo turns
 	// group middleware into catch-all routes, which would hide 405s.

@@ -1,0 +1,374 @@
+package webhooks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/webhooks"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
+
+// secret returns a whsec_ secret and its key bytes, built from seed.
+func secret(t testing.TB, seed string) (string, []byte) {
+	t.Helper()
+	s := "whsec_" + base64.StdEncoding.EncodeToString([]byte(seed+"-0123456789abcdef"))
+	key, err := pspsim.ParseWebhookSecret(s)
+	if err != nil {
+		t.Fatalf("parse test secret: %v", err)
+	}
+	return s, key
+}
+
+// bundle is a receiver served over loopback HTTP and a worker, on a fresh
+// database. The verifier accepts the current and the old secret.
+type bundle struct {
+	pool    *pgxpool.Pool
+	clock   *clock
+	worker  *webhooks.Worker
+	url     string
+	client  *http.Client
+	current []byte
+	old     []byte
+	unknown []byte
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := testdb.Pool(t)
+	clk := newClock()
+	logger := slog.New(slog.DiscardHandler)
+	curSecret, cur := secret(t, "current")
+	oldSecret, old := secret(t, "old")
+	_, unknown := secret(t, "unknown")
+	v, err := webhooks.NewVerifier([]string{curSecret, oldSecret}, 5*time.Minute, clk.now)
+	if err != nil {
+		t.Fatalf("NewVerifier: %v", err)
+	}
+	worker := newWorker(pool, clk)
+	recv := webhooks.NewReceiver(pool, v, logger, clk.now, worker.Notify)
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HTTPErrorHandler = renderProblem
+	e.Use(middleware.BodyLimit("64K"))
+	e.POST("/webhooks/psp", recv.Handle)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &bundle{
+		pool: pool, clock: clk, worker: worker, url: srv.URL + "/webhooks/psp",
+		client: &http.Client{Timeout: 30 * time.Second}, current: cur, old: old, unknown: unknown,
+	}
+}
+
+// newWorker returns a worker with its own payments service, as another
+// process would have. The provider is never called on the worker's path.
+func newWorker(pool *pgxpool.Pool, clk *clock) *webhooks.Worker {
+	logger := slog.New(slog.DiscardHandler)
+	svc := payments.NewService(pool, idempotency.NewStore(idempotency.DefaultPolicy(), 30*time.Second, clk.now),
+		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.now, 10*time.Second, payments.Hooks{})
+	return webhooks.NewWorker(pool, svc, logger, clk.now)
+}
+
+// renderProblem stands in for httpapi's error handler: problems as RFC 9457
+// bodies, anything else as a 500 naming the error (so a test failure says
+// what went wrong).
+func renderProblem(err error, c echo.Context) {
+	var pe *problem.Error
+	if !errors.As(err, &pe) {
+		var he *echo.HTTPError
+		if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
+			pe = problem.New(problem.RequestTooLarge, "too large")
+		} else {
+			pe = &problem.Error{Code: problem.Internal, Detail: err.Error()}
+		}
+	}
+	c.Response().Header().Set(echo.HeaderContentType, problem.ContentType)
+	c.Response().WriteHeader(problem.Status(pe.Code))
+	_, _ = c.Response().Write(pe.JSON())
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// post sends body with exactly the given webhook headers.
+func (b *bundle) post(t *testing.T, header map[string]string, body []byte) response {
+	t.Helper()
+	r, err := b.try(header, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// try is post for goroutines other than the test's: it returns the error.
+func (b *bundle) try(header map[string]string, body []byte) (response, error) {
+	req, err := http.NewRequest(http.MethodPost, b.url, bytes.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		return response{}, fmt.Errorf("POST webhook: %w", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return response{}, fmt.Errorf("read answer: %w", err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: raw}, nil
+}
+
+// signedHeaders returns the headers of a delivery stamped ts and signed with
+// every key.
+func signedHeaders(id string, ts int64, body []byte, keys ...[]byte) map[string]string {
+	sigs := make([]string, len(keys))
+	for i, k := range keys {
+		sigs[i] = pspsim.SignWebhook(k, id, ts, body)
+	}
+	return map[string]string{
+		webhooks.HeaderID:        id,
+		webhooks.HeaderTimestamp: strconv.FormatInt(ts, 10),
+		webhooks.HeaderSignature: strings.Join(sigs, " "),
+	}
+}
+
+// deliver sends body as delivery id, stamped now and signed with the current
+// secret, as the provider does.
+func (b *bundle) deliver(t *testing.T, id string, body []byte) response {
+	t.Helper()
+	return b.post(t, signedHeaders(id, b.clock.now().Unix(), body, b.current), body)
+}
+
+// wantReceived fails unless r accepted the delivery with the given
+// duplicate flag.
+func wantReceived(t *testing.T, r response, duplicate bool) {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("status = %d, want 200; body %s", r.status, r.body)
+	}
+	var got struct {
+		Received  *bool `json:"received"`
+		Duplicate *bool `json:"duplicate"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+	if got.Received == nil || !*got.Received || got.Duplicate == nil || *got.Duplicate != duplicate {
+		t.Fatalf("answer = %s, want received true, duplicate %v", r.body, duplicate)
+	}
+}
+
+func wantProblem(t *testing.T, r response, status int, code problem.Code) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("Content-Type = %q, want %s", ct, problem.ContentType)
+	}
+	var got struct {
+		Code problem.Code `json:"code"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+	if got.Code != code {
+		t.Fatalf("code = %q, want %q; body %s", got.Code, code, r.body)
+	}
+}
+
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("count %q: %v", query, err)
+	}
+	return n
+}
+
+func (b *bundle) str(t *testing.T, query string, args ...any) string {
+	t.Helper()
+	var s string
+	if err := b.pool.QueryRow(context.Background(), query, args...).Scan(&s); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+	return s
+}
+
+func (b *bundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), query, args...); err != nil {
+		t.Fatalf("exec %q: %v", query, err)
+	}
+}
+
+func (b *bundle) processOnce(t *testing.T, limit int) int {
+	t.Helper()
+	n, err := b.worker.ProcessOnce(context.Background(), limit)
+	if err != nil {
+		t.Fatalf("ProcessOnce: %v", err)
+	}
+	return n
+}
+
+const paymentAmount = 5000
+
+// fixture is one order with one payment.
+type fixture struct {
+	tenant  uuid.UUID
+	order   uuid.UUID
+	payment uuid.UUID
+}
+
+// payment inserts a tenant, an order and a payment in the given status (the
+// order is paid when the payment succeeded, awaiting payment otherwise).
+func (b *bundle) payment(t *testing.T, status string) fixture {
+	t.Helper()
+	f := fixture{tenant: uuid.New(), order: uuid.New(), payment: uuid.New()}
+	now := b.clock.now()
+	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', $3)`, f.tenant, f.tenant.String(), now)
+	orderStatus := "awaiting_payment"
+	var chargeID *string
+	if status == payments.StatusSucceeded {
+		orderStatus = "paid"
+		id := chargeIDOf(f.payment)
+		chargeID = &id
+	}
+	b.exec(t, `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+		VALUES ($1, $2, 'order-key', '\x00', $3, 'EUR', $4, $5, $5)`, f.order, f.tenant, orderStatus, paymentAmount, now)
+	b.exec(t, `INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, created_at, updated_at)
+		VALUES ($1, $2, $3, 'pay-key', '\x00', $4, $5, $6, 'EUR', 'pm_card_visa', $7, $8, $8)`,
+		f.payment, f.tenant, f.order, "pk_"+f.payment.String(), status, paymentAmount, chargeID, now)
+	return f
+}
+
+// pendingRefund inserts a pending refund of the whole (succeeded) payment;
+// reserve says whether the payment reserves its amount, as phase 1 does.
+func (b *bundle) pendingRefund(t *testing.T, f fixture, reserve bool) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	b.exec(t, `INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
+		VALUES ($1, $2, $3, 'refund-key', '\x00', $4, 'pending', $5, $6, $6)`, id, f.tenant, f.payment, "rk_"+id.String(), paymentAmount, b.clock.now())
+	if reserve {
+		b.exec(t, `UPDATE payments SET refund_reserved = amount WHERE id = $1`, f.payment)
+	}
+	return id
+}
+
+func chargeIDOf(payment uuid.UUID) string {
+	return "ch_" + strings.ReplaceAll(payment.String(), "-", "")
+}
+
+// chargeEvent is a provider event about the charge of payment (reference
+// is what goes in its metadata).
+func chargeEvent(t *testing.T, typ, reference string, chargeID string, created int64) []byte {
+	t.Helper()
+	status := payments.StatusSucceeded
+	var failure any
+	if typ == webhooks.EventChargeFailed {
+		status, failure = payments.StatusFailed, "card_declined"
+	}
+	return mustJSON(t, map[string]any{
+		"id": "evt_" + uuid.NewString(), "type": typ, "created": created,
+		"data": map[string]any{"object": map[string]any{
+			"id": chargeID, "amount": paymentAmount, "currency": "EUR", "status": status,
+			"failure_code": failure, "amount_refunded": 0, "metadata": map[string]string{"reference": reference},
+		}},
+	})
+}
+
+// refundEvent is the provider's charge.refunded for a refund of f's payment.
+func refundEvent(t *testing.T, f fixture, reference string, created int64) []byte {
+	t.Helper()
+	return mustJSON(t, map[string]any{
+		"id": "evt_" + uuid.NewString(), "type": webhooks.EventChargeRefunded, "created": created,
+		"data": map[string]any{
+			"object": map[string]any{
+				"id": chargeIDOf(f.payment), "amount": paymentAmount, "currency": "EUR", "status": "succeeded",
+				"amount_refunded": paymentAmount, "metadata": map[string]string{"reference": f.payment.String()},
+			},
+			"refund": map[string]any{
+				"id": "re_" + uuid.NewString(), "charge": chargeIDOf(f.payment), "amount": paymentAmount,
+				"status": "succeeded", "metadata": map[string]string{"reference": reference},
+			},
+		},
+	})
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// state is what the tests check of one fixture.
+type state struct {
+	payment, order   string
+	succeeded        int // payment.succeeded events
+	failed           int // payment.failed events
+	refundsSucceeded int // refund.succeeded events
+}
+
+func (b *bundle) state(t *testing.T, f fixture) state {
+	t.Helper()
+	var s state
+	err := b.pool.QueryRow(context.Background(), `
+		SELECT p.status, o.status,
+		       (SELECT count(*) FROM outbox_events WHERE aggregate_id = p.id AND event_type = 'payment.succeeded'),
+		       (SELECT count(*) FROM outbox_events WHERE aggregate_id = p.id AND event_type = 'payment.failed'),
+		       (SELECT count(*) FROM outbox_events e JOIN refunds r ON r.id = e.aggregate_id
+		         WHERE r.payment_id = p.id AND e.event_type = 'refund.succeeded')
+		FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.id = $1`, f.payment).
+		Scan(&s.payment, &s.order, &s.succeeded, &s.failed, &s.refundsSucceeded)
+	if err != nil {
+		t.Fatalf("load state: %v", err)
+	}
+	return s
+}

@@ -1,0 +1,123 @@
+package webhooks
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
+)
+
+// MaxBodyBytes bounds a webhook body; the route's body limit is the same.
+const MaxBodyBytes = 64 << 10
+
+// maxDeliveryIDLen bounds the webhook-id stored as the receipt's key.
+const maxDeliveryIDLen = 255
+
+// Receiver serves POST /webhooks/psp: verify, store the receipt, answer.
+type Receiver struct {
+	pool     *pgxpool.Pool
+	verifier *Verifier
+	logger   *slog.Logger
+	now      func() time.Time
+	notify   func()
+}
+
+// NewReceiver returns the webhook endpoint. notify is called, after a new
+// receipt committed, to wake the worker at once (Worker.Notify); it must not
+// block. nil means the worker only polls.
+func NewReceiver(pool *pgxpool.Pool, v *Verifier, logger *slog.Logger, now func() time.Time, notify func()) *Receiver {
+	return &Receiver{pool: pool, verifier: v, logger: logger, now: now, notify: notify}
+}
+
+// receivedJSON is the answer to every accepted delivery.
+type receivedJSON struct {
+	Received  bool `json:"received"`
+	Duplicate bool `json:"duplicate"`
+}
+
+// Handle receives one delivery. The signature is checked before anything
+// else (401 unauthorized); a malformed envelope is 400 invalid_json or 422
+// validation_failed; both store nothing. A verified, valid delivery is stored
+// by its webhook-id and answered 200 {"received":true,"duplicate":false};
+// a redelivery of the same id answers {"duplicate":true} and changes
+// nothing. The receipt is the request's only effect: the worker applies it.
+func (r *Receiver) Handle(c echo.Context) error {
+	req := c.Request()
+	body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
+	if err != nil {
+		var he *echo.HTTPError
+		if errors.As(err, &he) { // the route's body limit
+			return err
+		}
+		return &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be read.", Err: err}
+	}
+	if len(body) > MaxBodyBytes {
+		return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
+	}
+	id, ev, err := r.check(req.Header, body)
+	if err != nil {
+		if problem.CodeOf(err) == problem.Unauthorized {
+			r.logger.WarnContext(req.Context(), "webhook refused", "error", err.Error(), "webhook_id", truncate(req.Header.Get(HeaderID), 100))
+		}
+		return err
+	}
+	_, err = dbsqlc.New(r.pool).WebhookReceiptInsert(req.Context(), dbsqlc.WebhookReceiptInsertParams{
+		DeliveryID: id,
+		EventType:  ev.typ,
+		Payload:    bytes.TrimSpace(body),
+		ReceivedAt: r.now().UTC().Truncate(time.Microsecond),
+	})
+	duplicate := errors.Is(err, pgx.ErrNoRows)
+	if err != nil && !duplicate {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+			// Valid JSON that jsonb refuses, such as \u0000 in a string.
+			return &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body cannot be stored as JSON.", Err: err}
+		}
+		return fmt.Errorf("store webhook receipt %s: %w", id, err)
+	}
+	if !duplicate && r.notify != nil {
+		r.notify()
+	}
+	r.logger.DebugContext(req.Context(), "webhook received", "webhook_id", id, "event_id", ev.id, "type", ev.typ, "duplicate", duplicate)
+	return wire.JSON(c, http.StatusOK, receivedJSON{Received: true, Duplicate: duplicate})
+}
+
+// check verifies the delivery, then validates it: it returns the delivery
+// id and the event, or a *problem.Error (always 4xx).
+func (r *Receiver) check(h http.Header, body []byte) (string, event, error) {
+	if err := r.verifier.Verify(h, body); err != nil {
+		return "", event{}, &problem.Error{Code: problem.Unauthorized, Detail: "The webhook signature could not be verified.", Err: err}
+	}
+	id := h.Get(HeaderID)
+	if len(id) > maxDeliveryIDLen {
+		return "", event{}, problem.Validation(problem.FieldError{Field: HeaderID, Message: fmt.Sprintf("must be at most %d bytes", maxDeliveryIDLen)})
+	}
+	ev, err := parseEvent(body)
+	if err != nil {
+		return "", event{}, err
+	}
+	return id, ev, nil
+}
+
+// truncate cuts s to at most n bytes of valid UTF-8, for logs and
+// last_error.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(s, "")
+}

@@ -1,0 +1,203 @@
+package webhooks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// BatchSize is how many receipts one round of Run claims.
+const BatchSize = 50
+
+// maxErrorLen bounds last_error.
+const maxErrorLen = 1000
+
+// Worker applies stored receipts to payments and refunds.
+type Worker struct {
+	pool   *pgxpool.Pool
+	pay    *payments.Service
+	logger *slog.Logger
+	now    func() time.Time
+	wake   chan struct{}
+}
+
+// NewWorker returns a worker. Pass its Notify to NewReceiver so a new receipt
+// wakes Run at once.
+func NewWorker(pool *pgxpool.Pool, pay *payments.Service, logger *slog.Logger, now func() time.Time) *Worker {
+	return &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1)}
+}
+
+// Notify wakes Run for a new round. It never blocks; wake-ups that arrive
+// while one is pending merge into it.
+func (w *Worker) Notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) nowUTC() time.Time { return w.now().UTC().Truncate(time.Microsecond) }
+
+// claimed is one locked receipt and its decoded event.
+type claimed struct {
+	row      dbsqlc.WebhookReceipt
+	ev       event
+	parseErr error
+}
+
+// ProcessOnce claims up to limit unprocessed receipts that are due and
+// applies them, in provider creation order, in one transaction that other
+// workers skip (FOR UPDATE SKIP LOCKED). Each receipt is applied in its own
+// savepoint together with its processed mark. It returns how many receipts
+// it finished: applied, or marked processed without effect because they name
+// no payment or refund of ours. A receipt whose application fails is rolled
+// back to its savepoint, its attempts and last_error recorded, and it stays
+// for a later round. The error is for the round as a whole (database gone,
+// ctx cancelled); nothing of the round then commits.
+func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	done := 0
+	err := postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
+		now := w.nowUTC()
+		rows, err := dbsqlc.New(tx).WebhookReceiptClaimBatch(ctx, dbsqlc.WebhookReceiptClaimBatchParams{
+			Now:     now,
+			MaxRows: int32(min(limit, math.MaxInt32)),
+		})
+		if err != nil {
+			return fmt.Errorf("claim webhook receipts: %w", err)
+		}
+		batch := make([]claimed, len(rows))
+		for i, row := range rows {
+			batch[i].row = row
+			batch[i].ev, batch[i].parseErr = parseEvent(row.Payload)
+		}
+		// Receipts come oldest first; within the batch, the provider's
+		// creation time decides (stable: arrival order breaks ties). Across
+		// batches and processes no order holds, which is why application is
+		// forward-only.
+		slices.SortStableFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ev.created, b.ev.created) })
+		done = 0
+		for _, c := range batch {
+			ok, err := w.process(ctx, tx, c, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				done++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return done, nil
+}
+
+// process applies one claimed receipt in tx. It reports whether the receipt
+// is finished; an error aborts the round.
+func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (bool, error) {
+	q := dbsqlc.New(tx)
+	id := c.row.DeliveryID
+	if c.parseErr != nil {
+		// Validated when received, so this is a bug, and no retry fixes it.
+		note := truncate("undecodable payload: "+c.parseErr.Error(), maxErrorLen)
+		w.logger.ErrorContext(ctx, "webhook receipt cannot be decoded; marked processed", "webhook_id", id, "error", note)
+		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
+			return false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
+		}
+		return true, nil
+	}
+
+	applyErr := postgres.InTx(ctx, tx, func(sp pgx.Tx) error { // a savepoint
+		if err := w.apply(ctx, sp, c.ev); err != nil {
+			return err
+		}
+		return dbsqlc.New(sp).WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, DeliveryID: id})
+	})
+	switch {
+	case applyErr == nil:
+		w.logger.DebugContext(ctx, "webhook applied", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ)
+		return true, nil
+	case errors.Is(applyErr, payments.ErrUnknownReference):
+		// Not ours (another system on the same provider account, or a
+		// reference we never made): retrying cannot change that.
+		note := truncate("not applied: "+applyErr.Error(), maxErrorLen)
+		w.logger.InfoContext(ctx, "webhook names nothing of ours; marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
+		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
+			return false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
+		}
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	}
+	w.logger.WarnContext(ctx, "webhook not applied; will retry", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ,
+		"attempts", c.row.Attempts+1, "error", applyErr.Error())
+	if err := q.WebhookReceiptRecordFailure(ctx, dbsqlc.WebhookReceiptRecordFailureParams{LastError: truncate(applyErr.Error(), maxErrorLen), DeliveryID: id}); err != nil {
+		return false, fmt.Errorf("record webhook receipt %s failure: %w", id, err)
+	}
+	return false, nil
+}
+
+// apply hands the event to the payments service, in tx.
+func (w *Worker) apply(ctx context.Context, tx pgx.Tx, ev event) error {
+	switch ev.typ {
+	case EventChargeSucceeded, EventChargeFailed:
+		return w.pay.ApplyChargeEvent(ctx, tx, ev.charge)
+	case EventChargeRefunded:
+		return w.pay.ApplyRefundEvent(ctx, tx, ev.refund)
+	}
+	return fmt.Errorf("event type %q has no application", ev.typ)
+}
+
+// Run processes receipts until ctx is cancelled, then returns nil. A round
+// starts at once, whenever Notify is called, and every interval otherwise
+// (the backstop for receipts stored by other processes and for retries). A
+// round drains full batches before it waits again.
+func (w *Worker) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("webhook worker: interval %v is not positive", interval)
+	}
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		w.round(ctx)
+		timer.Reset(interval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// round calls ProcessOnce while it finishes full batches.
+func (w *Worker) round(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := w.ProcessOnce(ctx, BatchSize)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.logger.ErrorContext(ctx, "webhook worker round", "error", err.Error())
+			}
+			return
+		}
+		if n < BatchSize {
+			return
+		}
+	}
+}
