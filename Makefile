@@ -8,16 +8,20 @@ STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 # The test cluster trades durability for speed: its data is thrown away.
 TEST_PG_OPTS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
-.PHONY: run test build generate check-generated lint unit fuzz bench pg-stop clean
+.PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded
 run: build
-	@export DATABASE_URL="$$(scripts/postgres.sh dev)"; \
+	@DATABASE_URL="$$(scripts/postgres.sh dev)"; export DATABASE_URL; \
 	 export DEMO_MODE="$${DEMO_MODE:-true}"; \
 	 exec ./bin/api serve
 
-## test: every check CI runs: generated code, formatting, vet, staticcheck, all tests with -race
-test: check-generated lint unit
+## test: every check CI runs: generated code, compose file, formatting, vet, staticcheck, all tests with -race
+test: deps check-generated check-compose lint unit
+
+## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
+deps:
+	@scripts/deps.sh
 
 build:
 	@mkdir -p bin
@@ -31,6 +35,10 @@ generate:
 check-generated:
 	$(SQLC) diff
 
+## check-compose: validate docker-compose.yml offline (no Docker engine needed)
+check-compose:
+	docker-compose config -q
+
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -38,18 +46,39 @@ lint:
 	$(STATICCHECK) ./...
 
 unit:
-	@export DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; \
+	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
 	 $(GO) test -race -count=1 -timeout 15m ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s
 fuzz:
-	@export DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; \
+	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
 	 for pkg in $$($(GO) list ./...); do \
 	   for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	     echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	   done; \
 	 done
+
+## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
+##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags (docs/BENCHMARKS.md)
+BENCH_DURATION ?= 10s
+BENCH_ARGS ?=
+bench: build
+	@DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
+	 mkdir -p .data/bench; \
+	 port=""; \
+	 for _ in $$(seq 1 200); do \
+	   c=$$((20000 + RANDOM % 30000)); \
+	   if ! (exec 3<>"/dev/tcp/127.0.0.1/$$c") 2>/dev/null; then port=$$c; break; fi; \
+	 done; \
+	 [ -n "$$port" ] || { echo "bench: no free port found" >&2; exit 1; }; \
+	 DEMO_MODE=true HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
+	 pid=$$!; \
+	 trap 'kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; scripts/postgres.sh --stop bench || true' EXIT; \
+	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log"; \
+	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
+	 $(GO) run ./cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
+	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
 ## pg-stop: stop the private PostgreSQL clusters
 pg-stop:

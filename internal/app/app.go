@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -94,24 +95,29 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err := retention.Check(cfg.Retention, cfg.Horizons); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
-	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now)
+	m := metrics.New()
+	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now,
+		idempotency.WithObserver(func(op idempotency.Operation, outcome string) { m.Idempotency(string(op), outcome) }))
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
-	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout)
+	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now)
-	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now)
+	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
+		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }))
 	a.handler = httpapi.New(httpapi.Deps{
-		Logger:   logger,
-		Pool:     pool,
-		Tenants:  a.Tenants,
-		Orders:   orders.NewHandler(orderSvc),
-		Payments: payments.NewHandler(a.payments),
-		Events:   outbox.NewHandler(pool),
-		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify),
+		Logger:      logger,
+		Pool:        pool,
+		Tenants:     a.Tenants,
+		Orders:      orders.NewHandler(orderSvc),
+		Payments:    payments.NewHandler(a.payments),
+		Events:      outbox.NewHandler(pool),
+		Webhooks:    webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
+		Metrics:     m.Handler(),
+		ObserveHTTP: m.HTTP,
 	})
 	return a, nil
 }

@@ -686,3 +686,26 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// /metrics counts idempotency outcomes per operation, and the rest.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.do(t, "POST", "/v1/orders", acme, "m-1", orderBody)
+	b.do(t, "POST", "/v1/orders", acme, "m-1", orderBody)
+	b.do(t, "POST", "/v1/orders", acme, "m-1", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":9}]}`)
+	r := b.do(t, "GET", "/metrics", "", "", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("/metrics = %d", r.status)
+	}
+	for _, want := range []string{
+		`oncepay_idempotency_outcomes_total{operation="orders.create",outcome="executed"} 1`,
+		`oncepay_idempotency_outcomes_total{operation="orders.create",outcome="replayed"} 1`,
+		`oncepay_idempotency_outcomes_total{operation="orders.create",outcome="mismatch"} 1`,
+		`oncepay_http_request_duration_seconds_count{method="POST",route="/v1/orders",status="201"} 2`,
+	} {
+		if !strings.Contains(string(r.body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -20,7 +20,7 @@ import (
 // transport attempt, for tracing) and the idempotency key (one business
 // intent, for correctness) are separate fields: rule 1 says never to confuse
 // them, and a replay shows up as a new request id with an old key.
-func requestLogger(logger *slog.Logger) echo.MiddlewareFunc {
+func requestLogger(logger *slog.Logger, observe func(method, route string, status int, d time.Duration)) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
@@ -29,6 +29,11 @@ func requestLogger(logger *slog.Logger) echo.MiddlewareFunc {
 				c.Error(err) // render now, so the status below is the real one
 			}
 			req, res := c.Request(), c.Response()
+			route := c.Path() // the route template: bounded label values
+			if route == "" {
+				route = "unmatched"
+			}
+			observe(req.Method, route, res.Status, time.Since(start))
 			attrs := []slog.Attr{
 				slog.String("method", req.Method),
 				slog.String("path", req.URL.Path),

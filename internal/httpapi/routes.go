@@ -6,6 +6,7 @@ package httpapi
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
@@ -31,6 +32,9 @@ type Deps struct {
 	Payments *payments.Handler
 	Events   *outbox.Handler
 	Webhooks *webhooks.Receiver
+	// Metrics serves /metrics; ObserveHTTP receives every request's latency.
+	Metrics     http.Handler
+	ObserveHTTP func(method, route string, status int, d time.Duration)
 }
 
 // New returns the service's HTTP handler.
@@ -43,13 +47,14 @@ func New(d Deps) *echo.Echo {
 	// process; it runs inside the logger so the 500 is logged.
 	e.Use(
 		middleware.RequestID(),
-		requestLogger(d.Logger),
+		requestLogger(d.Logger, d.ObserveHTTP),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 		middleware.BodyLimit("64K"),
 	)
 
 	e.GET("/healthz", healthz)
 	e.GET("/readyz", readyz(d.Pool))
+	e.GET("/metrics", echo.WrapHandler(d.Metrics))
 	// The provider authenticates by signature, not by tenant key.
 	e.POST("/webhooks/psp", d.Webhooks.Handle)
 

@@ -143,19 +143,47 @@ type Resource struct {
 	ID   uuid.UUID
 }
 
+// Outcomes reported to the observer.
+const (
+	OutcomeExecuted   = "executed"    // a new claim: the request runs
+	OutcomeReplayed   = "replayed"    // a stored outcome was returned
+	OutcomeMismatch   = "mismatch"    // same key, other request: 422
+	OutcomeInProgress = "in_progress" // same key while it runs: 409
+	OutcomeResumed    = "resumed"     // an abandoned claim was taken over
+	OutcomeLateRetry  = "late_retry"  // no record, but the business resource exists
+)
+
 // Store claims, finishes and looks up idempotency records.
 type Store struct {
-	policy Policy
-	lease  time.Duration
-	now    func() time.Time
+	policy  Policy
+	lease   time.Duration
+	now     func() time.Time
+	observe func(op Operation, outcome string)
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithObserver reports every outcome (OutcomeExecuted, ...) per operation,
+// e.g. to metrics.
+func WithObserver(fn func(op Operation, outcome string)) StoreOption {
+	return func(s *Store) { s.observe = fn }
 }
 
 // NewStore returns a Store. lease is how long a pending claim of a multi-phase
 // operation is protected; after it, a retry or the recoverer may take the
 // claim over and resume from its recovery point.
-func NewStore(policy Policy, lease time.Duration, now func() time.Time) *Store {
-	return &Store{policy: policy, lease: lease, now: now}
+func NewStore(policy Policy, lease time.Duration, now func() time.Time, opts ...StoreOption) *Store {
+	s := &Store{policy: policy, lease: lease, now: now, observe: func(Operation, string) {}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
+
+// Observe reports an outcome decided outside the store, such as
+// OutcomeLateRetry, which the features detect through their own uniqueness.
+func (s *Store) Observe(op Operation, outcome string) { s.observe(op, outcome) }
 
 // Lease returns the lease of pending claims.
 func (s *Store) Lease() time.Duration { return s.lease }
@@ -220,8 +248,10 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	})
 	switch {
 	case err == nil:
+		s.observe(r.Operation, OutcomeExecuted)
 		return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt}, nil
 	case postgres.IsLockTimeout(err):
+		s.observe(r.Operation, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("claim idempotency key: %w", err)
@@ -232,6 +262,7 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	})
 	switch {
 	case postgres.IsLockTimeout(err):
+		s.observe(r.Operation, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
 	case errors.Is(err, pgx.ErrNoRows):
 		// The record was deleted between our insert and our read (the
@@ -241,6 +272,7 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 		return nil, fmt.Errorf("lock idempotency record: %w", err)
 	}
 	if Fingerprint(row.RequestHash) != r.Fingerprint {
+		s.observe(r.Operation, OutcomeMismatch)
 		return nil, reused()
 	}
 	if row.State != StatePending {
@@ -248,11 +280,14 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 		if err != nil {
 			return nil, err
 		}
+		s.observe(r.Operation, OutcomeReplayed)
 		return &Claim{store: s, req: r, Replay: &resp, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}, nil
 	}
 	if row.LockedUntil != nil && row.LockedUntil.After(now) {
+		s.observe(r.Operation, OutcomeInProgress)
 		return nil, inProgress(row.LockedUntil.Sub(now), nil)
 	}
+	s.observe(r.Operation, OutcomeResumed)
 	// The previous owner's lease ran out: take the claim over.
 	taken := &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}
 	if err := taken.checkpoint(ctx, tx, row.RecoveryPoint, nil, leaseUntil, now); err != nil {
@@ -277,6 +312,7 @@ func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Respons
 		return nil, fmt.Errorf("look up idempotency record: %w", err)
 	}
 	if Fingerprint(row.RequestHash) != r.Fingerprint {
+		s.observe(r.Operation, OutcomeMismatch)
 		return nil, reused()
 	}
 	if row.State == StatePending {
@@ -286,6 +322,7 @@ func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Respons
 	if err != nil {
 		return nil, err
 	}
+	s.observe(r.Operation, OutcomeReplayed)
 	return &resp, nil
 }
 

@@ -194,6 +194,7 @@ func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, req idempote
 	if err != nil {
 		return Order{}, false, fmt.Errorf("load order items: %w", err)
 	}
+	s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
 	s.logger.InfoContext(ctx, "late retry answered with the original order",
 		"idempotency_key", string(req.Key), "order_id", row.ID, "request_id", req.RequestID)
 	return orderFromRows(row, items), false, nil

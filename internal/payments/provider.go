@@ -24,16 +24,46 @@ type Provider struct {
 	baseURL string
 	apiKey  string
 	client  *http.Client
+	observe func(call, result string)
+}
+
+// ProviderOption configures a Provider.
+type ProviderOption func(*Provider)
+
+// WithCallObserver reports every call ("charge", "find_charge", "refund",
+// "find_refund") with its result ("succeeded", "declined", "rejected",
+// "unknown", "found", "not_found"), e.g. to metrics.
+func WithCallObserver(fn func(call, result string)) ProviderOption {
+	return func(p *Provider) { p.observe = fn }
 }
 
 // NewProvider returns a client for the provider at baseURL. timeout bounds
 // each call: past it the outcome is unknown, never assumed.
-func NewProvider(baseURL, apiKey string, timeout time.Duration) *Provider {
-	return &Provider{
+func NewProvider(baseURL, apiKey string, timeout time.Duration, opts ...ProviderOption) *Provider {
+	p := &Provider{
 		baseURL: strings.TrimRight(baseURL, "/"),
 		apiKey:  apiKey,
 		client:  &http.Client{Timeout: timeout},
+		observe: func(string, string) {},
 	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// result names the outcome of a call for the observer.
+func result(err error, found bool) string {
+	var rejected *RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		return "rejected"
+	case err != nil:
+		return "unknown"
+	case found:
+		return "found"
+	}
+	return "not_found"
 }
 
 // Charge is the provider's charge object.
@@ -77,6 +107,19 @@ type providerError struct {
 // CreateCharge charges amount with the provider key key. A declined card is a
 // final outcome, returned as a Charge with status failed, not as an error.
 func (p *Provider) CreateCharge(ctx context.Context, key string, amount int64, currency, paymentMethod string, metadata map[string]string) (Charge, error) {
+	c, err := p.createCharge(ctx, key, amount, currency, paymentMethod, metadata)
+	switch {
+	case err != nil:
+		p.observe("charge", result(err, false))
+	case c.Status == "succeeded":
+		p.observe("charge", "succeeded")
+	default:
+		p.observe("charge", "declined")
+	}
+	return c, err
+}
+
+func (p *Provider) createCharge(ctx context.Context, key string, amount int64, currency, paymentMethod string, metadata map[string]string) (Charge, error) {
 	body := map[string]any{"amount": amount, "currency": currency, "payment_method": paymentMethod, "metadata": metadata}
 	var c Charge
 	status, raw, err := p.post(ctx, "/v1/charges", key, body)
@@ -104,6 +147,12 @@ func (p *Provider) CreateCharge(ctx context.Context, key string, amount int64, c
 // before a resumed attempt charges again: the provider forgets keys after
 // its retention (24 hours), our attempts live 45 days.
 func (p *Provider) FindCharge(ctx context.Context, reference string) (*Charge, error) {
+	c, err := p.findCharge(ctx, reference)
+	p.observe("find_charge", result(err, c != nil))
+	return c, err
+}
+
+func (p *Provider) findCharge(ctx context.Context, reference string) (*Charge, error) {
 	var out struct {
 		Data []Charge `json:"data"`
 	}
@@ -123,6 +172,16 @@ func (p *Provider) FindCharge(ctx context.Context, reference string) (*Charge, e
 
 // CreateRefund refunds amount of charge with the provider key key.
 func (p *Provider) CreateRefund(ctx context.Context, key, charge string, amount int64, metadata map[string]string) (ProviderRefund, error) {
+	r, err := p.createRefund(ctx, key, charge, amount, metadata)
+	if err != nil {
+		p.observe("refund", result(err, false))
+	} else {
+		p.observe("refund", "succeeded")
+	}
+	return r, err
+}
+
+func (p *Provider) createRefund(ctx context.Context, key, charge string, amount int64, metadata map[string]string) (ProviderRefund, error) {
 	body := map[string]any{"charge": charge, "amount": amount, "metadata": metadata}
 	status, raw, err := p.post(ctx, "/v1/refunds", key, body)
 	if err != nil {
@@ -141,6 +200,12 @@ func (p *Provider) CreateRefund(ctx context.Context, key, charge string, amount 
 // FindRefund returns the refund our reference created on the charge that
 // chargeReference created, or nil.
 func (p *Provider) FindRefund(ctx context.Context, chargeReference, reference string) (*ProviderRefund, error) {
+	r, err := p.findRefund(ctx, chargeReference, reference)
+	p.observe("find_refund", result(err, r != nil))
+	return r, err
+}
+
+func (p *Provider) findRefund(ctx context.Context, chargeReference, reference string) (*ProviderRefund, error) {
 	var out struct {
 		Refunds []ProviderRefund `json:"refunds"`
 	}

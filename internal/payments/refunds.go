@@ -64,6 +64,7 @@ func (s *Service) createRefund(ctx context.Context, tx pgx.Tx, claim *idempotenc
 			return dbsqlc.Refund{}, nil, problem.New(problem.IdempotencyKeyReused,
 				"This Idempotency-Key already created refund %s with a different request.", prev.ID)
 		}
+		s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
 		return prev, nil, claim.Checkpoint(ctx, tx, pointRefundCreated, &idempotency.Resource{Type: "refund", ID: prev.ID})
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.Refund{}, nil, fmt.Errorf("load refund by key: %w", err)

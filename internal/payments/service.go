@@ -102,6 +102,7 @@ func (s *Service) createPayment(ctx context.Context, tx pgx.Tx, claim *idempoten
 			return dbsqlc.Payment{}, nil, problem.New(problem.IdempotencyKeyReused,
 				"This Idempotency-Key already created payment %s with a different request.", prev.ID)
 		}
+		s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
 		return prev, nil, claim.Checkpoint(ctx, tx, pointPaymentCreated, &idempotency.Resource{Type: "payment", ID: prev.ID})
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.Payment{}, nil, fmt.Errorf("load payment by key: %w", err)

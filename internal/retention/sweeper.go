@@ -24,11 +24,25 @@ type Sweeper struct {
 	stuckAfter time.Duration
 	logger     *slog.Logger
 	now        func() time.Time
+	observe    func(Report)
+}
+
+// SweeperOption configures a Sweeper.
+type SweeperOption func(*Sweeper)
+
+// WithReportObserver receives the report of every successful sweep, e.g.
+// for metrics.
+func WithReportObserver(fn func(Report)) SweeperOption {
+	return func(s *Sweeper) { s.observe = fn }
 }
 
 // NewSweeper returns a Sweeper that deletes at most batch rows per statement.
-func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time) *Sweeper {
-	return &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now}
+func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
+	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Report counts what one sweep did.
@@ -95,6 +109,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 		return rep, fmt.Errorf("count stuck operations: %w", err)
 	}
 	rep.Stuck = stuck
+	s.observe(rep)
 	if stuck > 0 {
 		s.logger.WarnContext(ctx, "unsettled operations kept past their lease; the recoverer has not finished them",
 			"stuck", stuck, "stuck_after", s.stuckAfter)

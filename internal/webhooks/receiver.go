@@ -33,13 +33,27 @@ type Receiver struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	notify   func()
+	observe  func(result string)
+}
+
+// ReceiverOption configures a Receiver.
+type ReceiverOption func(*Receiver)
+
+// WithResultObserver reports every delivery's result: "accepted",
+// "duplicate" or "rejected" (any 4xx), e.g. to metrics.
+func WithResultObserver(fn func(result string)) ReceiverOption {
+	return func(r *Receiver) { r.observe = fn }
 }
 
 // NewReceiver returns the webhook endpoint. notify is called, after a new
 // receipt committed, to wake the worker at once (Worker.Notify); it must not
 // block. nil means the worker only polls.
-func NewReceiver(pool *pgxpool.Pool, v *Verifier, logger *slog.Logger, now func() time.Time, notify func()) *Receiver {
-	return &Receiver{pool: pool, verifier: v, logger: logger, now: now, notify: notify}
+func NewReceiver(pool *pgxpool.Pool, v *Verifier, logger *slog.Logger, now func() time.Time, notify func(), opts ...ReceiverOption) *Receiver {
+	r := &Receiver{pool: pool, verifier: v, logger: logger, now: now, notify: notify, observe: func(string) {}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // receivedJSON is the answer to every accepted delivery.
@@ -55,24 +69,35 @@ type receivedJSON struct {
 // a redelivery of the same id answers {"duplicate":true} and changes
 // nothing. The receipt is the request's only effect: the worker applies it.
 func (r *Receiver) Handle(c echo.Context) error {
+	result, err := r.handle(c)
+	if err != nil && problem.Status(problem.CodeOf(err)) < 500 {
+		result = "rejected"
+	}
+	if result != "" {
+		r.observe(result)
+	}
+	return err
+}
+
+func (r *Receiver) handle(c echo.Context) (string, error) {
 	req := c.Request()
 	body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
 	if err != nil {
 		var he *echo.HTTPError
 		if errors.As(err, &he) { // the route's body limit
-			return err
+			return "", err
 		}
-		return &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be read.", Err: err}
+		return "", &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be read.", Err: err}
 	}
 	if len(body) > MaxBodyBytes {
-		return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
+		return "", problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
 	}
 	id, ev, err := r.check(req.Header, body)
 	if err != nil {
 		if problem.CodeOf(err) == problem.Unauthorized {
 			r.logger.WarnContext(req.Context(), "webhook refused", "error", err.Error(), "webhook_id", truncate(req.Header.Get(HeaderID), 100))
 		}
-		return err
+		return "", err
 	}
 	_, err = dbsqlc.New(r.pool).WebhookReceiptInsert(req.Context(), dbsqlc.WebhookReceiptInsertParams{
 		DeliveryID: id,
@@ -85,15 +110,19 @@ func (r *Receiver) Handle(c echo.Context) error {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 			// Valid JSON that jsonb refuses, such as \u0000 in a string.
-			return &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body cannot be stored as JSON.", Err: err}
+			return "", &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body cannot be stored as JSON.", Err: err}
 		}
-		return fmt.Errorf("store webhook receipt %s: %w", id, err)
+		return "", fmt.Errorf("store webhook receipt %s: %w", id, err)
 	}
 	if !duplicate && r.notify != nil {
 		r.notify()
 	}
 	r.logger.DebugContext(req.Context(), "webhook received", "webhook_id", id, "event_id", ev.id, "type", ev.typ, "duplicate", duplicate)
-	return wire.JSON(c, http.StatusOK, receivedJSON{Received: true, Duplicate: duplicate})
+	result := "accepted"
+	if duplicate {
+		result = "duplicate"
+	}
+	return result, wire.JSON(c, http.StatusOK, receivedJSON{Received: true, Duplicate: duplicate})
 }
 
 // check verifies the delivery, then validates it: it returns the delivery

@@ -1,0 +1,414 @@
+// Command bench measures POST /v1/orders of a running API against the floor
+// it cannot beat: the same SQL, run directly on the same database.
+//
+// Three scenarios run at each client count (default 1 and 16), interleaved
+// so that drift on a shared machine hits them alike:
+//
+//	sql     the statements of one order creation (internal/dbsqlc, in one
+//	        transaction via postgres.InTx), fresh key each time, through pgx
+//	create  POST /v1/orders with a fresh Idempotency-Key each time
+//	replay  POST /v1/orders repeating keys that were created beforehand
+//
+// sql-replay, the SQL-equivalent of a replay (the unlocked lookup of a
+// finished record), is not run unless asked for with --scenarios.
+//
+// It prints throughput and latency percentiles, the ratios the service is
+// held to and, given the API's pid, its peak resident memory. Any failed
+// request (non-2xx, or a replay that was not one) makes it exit non-zero.
+// `make bench` starts a durable PostgreSQL and the API and runs it; see
+// docs/BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Scenario names.
+const (
+	scenarioSQL       = "sql"
+	scenarioCreate    = "create"
+	scenarioSQLReplay = "sql-replay"
+	scenarioReplay    = "replay"
+)
+
+// scenarioOrder is the order of the scenarios within a round.
+func scenarioOrder() []string {
+	return []string{scenarioSQL, scenarioCreate, scenarioSQLReplay, scenarioReplay}
+}
+
+// config is the parsed command line.
+type config struct {
+	api         string
+	apiPID      int
+	pgPID       int
+	apiKey      string
+	databaseURL string
+	load        load
+	rounds      int
+	clients     []int
+	scenarios   []string
+	replayKeys  int
+	wait        time.Duration
+	cpuProfile  string
+	markdown    bool
+	strict      bool
+}
+
+// parseFlags reads the command line; defaults come from getenv where the
+// environment has a say.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var c config
+	var clients, scenarios string
+	fs.StringVar(&c.api, "api", "http://127.0.0.1:18181", "base URL of the running API")
+	fs.IntVar(&c.apiPID, "api-pid", 0, "pid of the API process, to report its peak RSS (VmHWM) and CPU time; 0 skips them")
+	fs.IntVar(&c.pgPID, "pg-pid", 0, "pid of the PostgreSQL postmaster, to report the server's CPU time; 0 skips it")
+	fs.StringVar(&c.apiKey, "api-key", "sk_test_acme", "API key of the tenant to create orders for (the SQL scenario uses the same tenant)")
+	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL of the API's database, for the SQL-equivalent scenario")
+	fs.DurationVar(&c.load.duration, "duration", 10*time.Second, "measured time per scenario and round")
+	fs.IntVar(&c.load.requests, "requests", 0, "measured requests per scenario and round, instead of --duration")
+	fs.DurationVar(&c.load.warmup, "warmup", time.Second, "unmeasured warm-up before each scenario")
+	fs.IntVar(&c.rounds, "rounds", 1, "how many times to run the whole interleaved sequence; results are merged")
+	fs.StringVar(&clients, "clients", "1,16", "comma-separated concurrent client counts")
+	fs.StringVar(&scenarios, "scenarios", "sql,create,replay", "comma-separated scenarios to run (sql, create, sql-replay, replay)")
+	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "orders created before measuring, whose keys the replay scenario repeats")
+	fs.DurationVar(&c.wait, "wait", 0, "first wait up to this long for the API's /readyz (0: do not wait)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this benchmark process (client side) to the file")
+	fs.BoolVar(&c.markdown, "markdown", false, "also print the results as a Markdown table")
+	fs.BoolVar(&c.strict, "strict", false, "exit non-zero when a target is missed, not only on failed requests")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var err error
+	if c.clients, err = parseCounts(clients); err != nil {
+		return config{}, fmt.Errorf("--clients: %w", err)
+	}
+	for s := range strings.SplitSeq(scenarios, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case scenarioSQL, scenarioCreate, scenarioSQLReplay, scenarioReplay:
+			if !slices.Contains(c.scenarios, s) {
+				c.scenarios = append(c.scenarios, s)
+			}
+		default:
+			return config{}, fmt.Errorf("--scenarios: unknown scenario %q", s)
+		}
+	}
+	// Run in a fixed order whatever the flag's order.
+	slices.SortFunc(c.scenarios, func(a, b string) int {
+		return slices.Index(scenarioOrder(), a) - slices.Index(scenarioOrder(), b)
+	})
+	switch {
+	case c.load.requests < 0, c.load.requests == 0 && c.load.duration <= 0:
+		return config{}, errors.New("want a positive --duration or --requests")
+	case c.rounds < 1:
+		return config{}, errors.New("--rounds must be at least 1")
+	case c.replayKeys < 1 && c.needs(scenarioReplay, scenarioSQLReplay):
+		return config{}, errors.New("--replay-keys must be at least 1")
+	case c.databaseURL == "" && c.needs(scenarioSQL, scenarioSQLReplay):
+		return config{}, errors.New("the sql scenarios need --database-url or DATABASE_URL")
+	}
+	return c, nil
+}
+
+// needs reports whether any of scenarios is to run.
+func (c config) needs(scenarios ...string) bool {
+	return slices.ContainsFunc(scenarios, func(s string) bool { return slices.Contains(c.scenarios, s) })
+}
+
+// parseCounts parses a comma-separated list of positive integers.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// run is the whole program: it parses args, prepares, runs every scenario
+// and prints the report to stdout.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := parseFlags(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.wait > 0 {
+		if err := waitReady(ctx, cfg.api, cfg.apiPID, cfg.wait); err != nil {
+			return err
+		}
+	}
+	maxClients := slices.Max(cfg.clients)
+	api := newAPIClient(cfg.api, cfg.apiKey, 2*maxClients)
+	defer api.close()
+
+	fmt.Fprintf(stdout, "oncepay bench %s\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(stdout, "client: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "api: %s (pid %d), tenant key %s; postgres pid %d\n", cfg.api, cfg.apiPID, cfg.apiKey, cfg.pgPID)
+	fmt.Fprintf(stdout, "load: %s per scenario after %s warm-up, %d round(s), clients %v\n", describeLoad(cfg.load), cfg.load.warmup, cfg.rounds, cfg.clients)
+
+	ops := make(map[string]op, 4)
+	var direct *sqlCreate
+	if cfg.needs(scenarioSQL, scenarioSQLReplay) {
+		// The service's own pool settings (size 20, lock and statement
+		// timeouts), so the SQL runs under the same conditions.
+		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients))})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		info, err := serverInfo(ctx, pool)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "database: %s\n", info)
+		if direct, err = newSQLCreate(ctx, pool, cfg.apiKey); err != nil {
+			return err
+		}
+		ops[scenarioSQL] = direct.op()
+	}
+	ops[scenarioCreate] = api.createOp()
+	if cfg.needs(scenarioReplay, scenarioSQLReplay) {
+		t0 := time.Now()
+		keys, err := api.prepareReplayKeys(ctx, cfg.replayKeys, maxClients)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "prepared %d replay keys in %s\n", len(keys), time.Since(t0).Round(time.Millisecond))
+		ops[scenarioReplay] = api.replayOp(keys)
+		if direct != nil {
+			ops[scenarioSQLReplay] = direct.lookupOp(keys)
+		}
+	}
+
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("create CPU profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	probe := cpuProbe{apiPID: cfg.apiPID, pgPID: cfg.pgPID}
+	var errs errorLog
+	var results []result
+	for round := 1; round <= cfg.rounds; round++ {
+		i := 0
+		for _, clients := range cfg.clients {
+			for _, sc := range cfg.scenarios {
+				r := measure(ctx, sc, clients, cfg.load, ops[sc], &errs, probe)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				fmt.Fprintf(stdout, "  round %d %-10s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s\n", round, sc, clients,
+					r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)))
+				if round == 1 {
+					results = append(results, r)
+				} else {
+					results[i].merge(r)
+				}
+				i++
+			}
+		}
+	}
+
+	rss := peakRSS(cfg.apiPID)
+	fmt.Fprintln(stdout)
+	if err := printResults(stdout, results); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	ts := targets(results, cfg.clients, rss)
+	if err := printTargets(stdout, ts); err != nil {
+		return err
+	}
+	if cfg.markdown {
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, markdownResults(results))
+	}
+
+	if errs.count > 0 {
+		fmt.Fprintf(stdout, "\n%d failed requests, for example:\n", errs.count)
+		for _, s := range errs.samples {
+			fmt.Fprintln(stdout, "  "+s)
+		}
+		return fmt.Errorf("%d requests failed", errs.count)
+	}
+	if cfg.strict {
+		var missed []string
+		for _, t := range ts {
+			if t.verdict() == "MISS" {
+				missed = append(missed, t.name)
+			}
+		}
+		if len(missed) > 0 {
+			return fmt.Errorf("targets missed: %s", strings.Join(missed, "; "))
+		}
+	}
+	return nil
+}
+
+// describeLoad says how long each scenario is measured.
+func describeLoad(l load) string {
+	if l.requests > 0 {
+		return fmt.Sprintf("%d requests", l.requests)
+	}
+	return l.duration.String()
+}
+
+// serverInfo describes the database server and the settings that decide
+// what a commit costs.
+func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var parts []string
+	for _, name := range []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers"} {
+		var v string
+		if err := pool.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			return "", fmt.Errorf("show %s: %w", name, err)
+		}
+		parts = append(parts, name+"="+v)
+	}
+	return "PostgreSQL " + strings.Join(parts, " "), nil
+}
+
+// rss is the peak resident set size of the API process.
+type rss struct {
+	kib   int64
+	known bool
+	// why says why it is not known.
+	why string
+}
+
+// peakRSS reads VmHWM, the peak resident set size, of process pid.
+func peakRSS(pid int) rss {
+	if pid <= 0 {
+		return rss{why: "no --api-pid"}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return rss{why: err.Error()}
+	}
+	kib, err := statusKiB(string(b), "VmHWM")
+	if err != nil {
+		return rss{why: err.Error()}
+	}
+	return rss{kib: kib, known: true}
+}
+
+// statusKiB returns the value of a "Name:   123 kB" line of /proc/PID/status.
+func statusKiB(status, field string) (int64, error) {
+	for line := range strings.SplitSeq(status, "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name != field {
+			continue
+		}
+		num, unit, _ := strings.Cut(strings.TrimSpace(value), " ")
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || unit != "kB" {
+			return 0, fmt.Errorf("%s: cannot parse %q", field, value)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%s not found", field)
+}
+
+// targets judges the results against the service's goals, per client count:
+// create reaches 0.9x the SQL-equivalent throughput at 1 client and 0.75x
+// with more; replay reaches 3x create throughput; replay's p99 is at most
+// create's p50; and the API's peak RSS stays within 100 MiB.
+func targets(results []result, clientCounts []int, mem rss) []target {
+	find := func(sc string, clients int) (result, bool) {
+		i := slices.IndexFunc(results, func(r result) bool { return r.scenario == sc && r.clients == clients })
+		if i < 0 {
+			return result{}, false
+		}
+		return results[i], true
+	}
+	var out []target
+	for _, c := range clientCounts {
+		sql, okSQL := find(scenarioSQL, c)
+		create, okCreate := find(scenarioCreate, c)
+		want := 0.75
+		if c == 1 {
+			want = 0.9
+		}
+		out = append(out, target{
+			name: fmt.Sprintf("create/sql throughput @%d", c), want: want, atLeast: true, unit: "x",
+			got:    ratio(create.throughput(), sql.throughput()),
+			detail: fmt.Sprintf("%.1f vs %.1f req/s", create.throughput(), sql.throughput()),
+			skip:   !okSQL || !okCreate,
+		})
+	}
+	for _, c := range clientCounts {
+		create, okCreate := find(scenarioCreate, c)
+		replay, okReplay := find(scenarioReplay, c)
+		out = append(out, target{
+			name: fmt.Sprintf("replay/create throughput @%d", c), want: 3, atLeast: true, unit: "x",
+			got:    ratio(replay.throughput(), create.throughput()),
+			detail: fmt.Sprintf("%.1f vs %.1f req/s", replay.throughput(), create.throughput()),
+			skip:   !okCreate || !okReplay,
+		})
+	}
+	for _, c := range clientCounts {
+		create, okCreate := find(scenarioCreate, c)
+		replay, okReplay := find(scenarioReplay, c)
+		rp99, cp50 := percentile(replay.latencies, 99), percentile(create.latencies, 50)
+		out = append(out, target{
+			name: fmt.Sprintf("replay p99 / create p50 @%d", c), want: 1, unit: "x",
+			got:    ratio(float64(rp99), float64(cp50)),
+			detail: fmt.Sprintf("%s vs %s", ms(rp99), ms(cp50)),
+			skip:   !okCreate || !okReplay,
+		})
+	}
+	detail := mem.why
+	if mem.known {
+		detail = fmt.Sprintf("%d kB", mem.kib)
+	}
+	out = append(out, target{
+		name: "API peak RSS (VmHWM)", got: float64(mem.kib) / 1024, want: 100, unit: " MiB",
+		detail: detail, skip: !mem.known,
+	})
+	return out
+}

@@ -1,0 +1,149 @@
+// Package metrics defines every Prometheus metric of the service in one
+// place and serves them at /metrics. The mechanisms do not import it: each
+// takes a small observer function, and internal/app connects them here. So a
+// fork can swap the metrics backend by changing this package and the wiring.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the service's collectors on their own registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	idempotency     *prometheus.CounterVec
+	httpDuration    *prometheus.HistogramVec
+	providerCalls   *prometheus.CounterVec
+	webhooks        *prometheus.CounterVec
+	sweeperDeleted  *prometheus.CounterVec
+	sweeperStuck    prometheus.Gauge
+	publishAttempts *prometheus.CounterVec
+	consumed        *prometheus.CounterVec
+}
+
+// New creates the collectors and registers them, with the Go runtime and
+// process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_outcomes_total",
+			Help: "Idempotent requests by operation and outcome: executed, replayed, mismatch, in_progress, resumed, late_retry.",
+		}, []string{"operation", "outcome"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "oncepay_http_request_duration_seconds",
+			Help:    "HTTP request latency by method, route template and status code.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"method", "route", "status"}),
+		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_provider_calls_total",
+			Help: "Calls to the payment provider by call and result: succeeded, declined, unknown, rejected, found, not_found.",
+		}, []string{"call", "result"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_webhooks_received_total",
+			Help: "Provider webhook deliveries by result: accepted, duplicate, rejected.",
+		}, []string{"result"}),
+		sweeperDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_sweeper_deleted_total",
+			Help: "Expired records deleted by the retention sweeper, by table.",
+		}, []string{"table"}),
+		sweeperStuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "oncepay_sweeper_stuck_operations",
+			Help: "Unsettled operations kept past their lease at the last sweep.",
+		}),
+		publishAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_outbox_publish_attempts_total",
+			Help: "Outbox publish attempts by result: published, failed.",
+		}, []string{"result"}),
+		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_consumer_messages_total",
+			Help: "Messages handled by consumers, by subscriber and result: processed, duplicate, failed.",
+		}, []string{"subscriber", "result"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.idempotency, m.httpDuration, m.providerCalls, m.webhooks,
+		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed,
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Idempotency counts one idempotent request's outcome.
+func (m *Metrics) Idempotency(operation, outcome string) {
+	m.idempotency.WithLabelValues(operation, outcome).Inc()
+}
+
+// HTTP observes one request.
+func (m *Metrics) HTTP(method, route string, status int, d time.Duration) {
+	m.httpDuration.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+// ProviderCall counts one call to the payment provider.
+func (m *Metrics) ProviderCall(call, result string) {
+	m.providerCalls.WithLabelValues(call, result).Inc()
+}
+
+// Webhook counts one webhook delivery.
+func (m *Metrics) Webhook(result string) { m.webhooks.WithLabelValues(result).Inc() }
+
+// Swept records one sweep.
+func (m *Metrics) Swept(deleted map[string]int64, stuck int64) {
+	for table, n := range deleted {
+		m.sweeperDeleted.WithLabelValues(table).Add(float64(n))
+	}
+	m.sweeperStuck.Set(float64(stuck))
+}
+
+// PublishAttempt counts one outbox publish attempt.
+func (m *Metrics) PublishAttempt(result string) { m.publishAttempts.WithLabelValues(result).Inc() }
+
+// Consumed counts one message a consumer handled.
+func (m *Metrics) Consumed(subscriber, result string) {
+	m.consumed.WithLabelValues(subscriber, result).Inc()
+}
+
+// WatchOutbox adds gauges read from the database at scrape time: unpublished
+// rows, the age of the oldest one (publication lag), and stuck rows. stuckSQL
+// counts the rows the dispatcher gave up on.
+func (m *Metrics) WatchOutbox(pool *pgxpool.Pool, stuckSQL string) {
+	query := func(sql string) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var v float64
+			if err := pool.QueryRow(ctx, sql).Scan(&v); err != nil {
+				return -1 // visible as impossible, rather than a plausible 0
+			}
+			return v
+		}
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_outbox_pending_events",
+			Help: "Outbox events not yet published (-1: could not be read).",
+		}, query(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_outbox_lag_seconds",
+			Help: "Age of the oldest unpublished outbox event (0 when none; -1: could not be read).",
+		}, query(`SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0) FROM outbox_events WHERE published_at IS NULL`)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_outbox_stuck_events",
+			Help: "Outbox events the dispatcher gave up on until an operator retries them (-1: could not be read).",
+		}, query(stuckSQL)),
+	)
+}
