@@ -389,7 +389,8 @@ func TestDrill3_KeyReusedWithAnotherPayload(t *testing.T) {
 
 // Drill 8: the key's record has expired (deleted) and a genuine late retry
 // arrives. The order's own unique (tenant, key) answers with the original
-// order (200), never a second one; another payload under that key is refused.
+// order (201, the original outcome), never a second one; another payload
+// under that key is refused.
 func TestDrill8_LateRetryAfterRecordExpired(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -398,8 +399,8 @@ func TestDrill8_LateRetryAfterRecordExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := b.do(t, "POST", "/v1/orders", acme, "drill-8", orderBody)
-	if late.status != http.StatusOK {
-		t.Fatalf("late retry status = %d, want 200; %s", late.status, late.body)
+	if late.status != http.StatusCreated {
+		t.Fatalf("late retry status = %d, want 201; %s", late.status, late.body)
 	}
 	if late.json(t)["id"] != first.json(t)["id"] {
 		t.Fatalf("late retry returned order %v, want the original %v", late.json(t)["id"], first.json(t)["id"])
@@ -415,7 +416,7 @@ func TestDrill8_LateRetryAfterRecordExpired(t *testing.T) {
 	}
 	// The late answer is itself recorded and replays.
 	again := b.do(t, "POST", "/v1/orders", acme, "drill-8", orderBody)
-	if again.status != http.StatusOK || !bytes.Equal(again.body, late.body) || again.header.Get("Idempotent-Replayed") != "true" {
+	if again.status != http.StatusCreated || !bytes.Equal(again.body, late.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("late answer does not replay: %d %s", again.status, again.body)
 	}
 	if _, err := b.pool.Exec(context.Background(), `DELETE FROM api_idempotency WHERE idempotency_key = 'drill-8'`); err != nil {

@@ -102,7 +102,11 @@ func TestPayDeclinedThenRetryWithNewKey(t *testing.T) {
 	b := setup(t)
 	orderID, _ := b.order(t, "o1")
 	first := b.pay(t, orderID, "pay-declined", "pm_card_declined")
-	wantProblem(t, first, http.StatusPaymentRequired, "card_declined")
+	p := wantProblem(t, first, http.StatusPaymentRequired, "card_declined")
+	failed := b.do(t, "GET", p["instance"].(string), acme, "", "") // the problem points at the failed payment
+	if failed.status != http.StatusOK || failed.json(t)["status"] != "failed" || failed.json(t)["failure_code"] != "card_declined" {
+		t.Fatalf("declined payment at %v = %d %s", p["instance"], failed.status, failed.body)
+	}
 	again := b.pay(t, orderID, "pay-declined", "pm_card_declined")
 	if again.status != http.StatusPaymentRequired || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("declined replay = %d %s", again.status, again.body)
@@ -495,8 +499,8 @@ func TestDrill8_LateRetryAfterSweep(t *testing.T) {
 	if rep.Deleted["api_idempotency"] != 2 || b.count(t, `SELECT count(*) FROM api_idempotency`) != 0 {
 		t.Fatalf("sweep report %+v; want both records deleted", rep)
 	}
-	if r := b.do(t, "POST", "/v1/orders", acme, "o-swept", orderBody); r.status != http.StatusOK || r.json(t)["id"] != orderID {
-		t.Fatalf("late order retry = %d %s, want 200 with the original order", r.status, r.body)
+	if r := b.do(t, "POST", "/v1/orders", acme, "o-swept", orderBody); r.status != http.StatusCreated || r.json(t)["id"] != orderID || r.json(t)["status"] != "paid" {
+		t.Fatalf("late order retry = %d %s, want 201 with the original order as it is now (paid)", r.status, r.body)
 	}
 	late := b.pay(t, orderID, "pay-swept", "pm_card_ok")
 	if late.status != http.StatusCreated || late.json(t)["id"] != pay.json(t)["id"] {

@@ -499,10 +499,16 @@ func reused() error {
 		"This Idempotency-Key was already used with a different request. Use a new key for a new intent.")
 }
 
+// maxInProgressRetryAfter caps the Retry-After of request_in_progress. The
+// first request usually finishes in milliseconds; only a crashed one keeps its
+// claim until the lease ends, and a client that asks again every few seconds
+// learns either way soon enough.
+const maxInProgressRetryAfter = 2 * time.Second
+
 // inProgress is the answer to a duplicate that arrives while the first request
-// still runs: retry the same request after retryAfter.
+// still runs: retry the same request after retryAfter (capped).
 func inProgress(retryAfter time.Duration, cause error) error {
-	secs := math.Ceil(retryAfter.Seconds())
+	secs := math.Ceil(min(retryAfter, maxInProgressRetryAfter).Seconds())
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "A request with this Idempotency-Key is still in progress. Retry it with the same key.",

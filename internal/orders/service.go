@@ -39,7 +39,8 @@ func NewService(pool *pgxpool.Pool, idem *idempotency.Store, logger *slog.Logger
 
 // Create executes orders.create for req at most once. The returned response
 // is either this execution's (201) or a stored one (Replayed). A late retry
-// whose record expired gets the original order with 200 (see docs/CONTRACT.md).
+// whose record expired gets the original order as it is now, with the status
+// of the original outcome (201; see docs/CONTRACT.md).
 func (s *Service) Create(ctx context.Context, req idempotency.Request, in CreateInput) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
 	defer cancel()
@@ -63,20 +64,16 @@ func (s *Service) Create(ctx context.Context, req idempotency.Request, in Create
 			resp = *claim.Replay
 			return nil
 		}
-		order, created, err := s.create(ctx, tx, req, in)
+		order, err := s.create(ctx, tx, req, in)
 		if err != nil {
 			return err
-		}
-		status := http.StatusCreated
-		if !created {
-			status = http.StatusOK
 		}
 		body, err := encodeJSON(orderJSONFrom(order))
 		if err != nil {
 			return err
 		}
 		resp, err = claim.Finish(ctx, tx, idempotency.Response{
-			Status:      status,
+			Status:      http.StatusCreated,
 			ContentType: "application/json",
 			Location:    "/v1/orders/" + order.ID.String(),
 			Body:        body,
@@ -89,11 +86,11 @@ func (s *Service) Create(ctx context.Context, req idempotency.Request, in Create
 	return resp, nil
 }
 
-// create inserts the order, its items and its outbox event. created is false
-// when the tenant already has an order for this key: a late retry whose
-// idempotency record has expired. It then returns that order, provided the
-// request is the same one.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request, in CreateInput) (Order, bool, error) {
+// create inserts the order, its items and its outbox event. When the tenant
+// already has an order for this key (a late retry whose idempotency record
+// has expired) it returns that order instead, provided the request is the
+// same one.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request, in CreateInput) (Order, error) {
 	q := dbsqlc.New(tx)
 	skus := make([]string, len(in.Items))
 	for i, it := range in.Items {
@@ -101,7 +98,7 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request
 	}
 	rows, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: req.TenantID, Skus: skus})
 	if err != nil {
-		return Order{}, false, fmt.Errorf("load products: %w", err)
+		return Order{}, fmt.Errorf("load products: %w", err)
 	}
 	catalog := make(map[string]dbsqlc.Product, len(rows))
 	for _, r := range rows {
@@ -130,12 +127,12 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request
 		p.Amounts = append(p.Amounts, amount)
 	}
 	if len(fields) > 0 {
-		return Order{}, false, problem.Validation(fields...)
+		return Order{}, problem.Validation(fields...)
 	}
 
 	id, err := uuid.NewV7()
 	if err != nil {
-		return Order{}, false, fmt.Errorf("order id: %w", err)
+		return Order{}, fmt.Errorf("order id: %w", err)
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
 	row, err := q.OrderInsert(ctx, dbsqlc.OrderInsertParams{
@@ -151,11 +148,11 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request
 		return s.lateRetry(ctx, q, req)
 	}
 	if err != nil {
-		return Order{}, false, fmt.Errorf("insert order: %w", err)
+		return Order{}, fmt.Errorf("insert order: %w", err)
 	}
 	p.OrderID = row.ID
 	if err := q.OrderItemsInsert(ctx, p); err != nil {
-		return Order{}, false, fmt.Errorf("insert order items: %w", err)
+		return Order{}, fmt.Errorf("insert order items: %w", err)
 	}
 	items := make([]dbsqlc.OrderItem, len(p.Lines))
 	for i := range p.Lines {
@@ -172,32 +169,32 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request
 		OccurredAt:     now,
 		Payload:        orderJSONFrom(order),
 	}); err != nil {
-		return Order{}, false, err
+		return Order{}, err
 	}
-	return order, true, nil
+	return order, nil
 }
 
 // lateRetry answers a request whose key already created an order although no
 // idempotency record was found: the record expired and was swept. The
 // business-level uniqueness of (tenant, key) on orders decides; the answer is
 // the original order as it is now, or a key-reuse error for another request.
-func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, req idempotency.Request) (Order, bool, error) {
+func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, req idempotency.Request) (Order, error) {
 	row, err := q.OrderGetByIdempotencyKey(ctx, dbsqlc.OrderGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)})
 	if err != nil {
-		return Order{}, false, fmt.Errorf("load order by idempotency key: %w", err)
+		return Order{}, fmt.Errorf("load order by idempotency key: %w", err)
 	}
 	if !bytes.Equal(row.RequestHash, req.Fingerprint[:]) {
-		return Order{}, false, problem.New(problem.IdempotencyKeyReused,
+		return Order{}, problem.New(problem.IdempotencyKeyReused,
 			"This Idempotency-Key already created order %s with a different request.", row.ID)
 	}
 	items, err := q.OrderItemsGet(ctx, row.ID)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("load order items: %w", err)
+		return Order{}, fmt.Errorf("load order items: %w", err)
 	}
 	s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
 	s.logger.InfoContext(ctx, "late retry answered with the original order",
 		"idempotency_key", string(req.Key), "order_id", row.ID, "request_id", req.RequestID)
-	return orderFromRows(row, items), false, nil
+	return orderFromRows(row, items), nil
 }
 
 // Get returns one of the tenant's orders; another tenant's order is not

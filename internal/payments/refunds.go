@@ -239,7 +239,14 @@ func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund, 
 func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, ref dbsqlc.Refund) (idempotency.Response, error) {
 	res := &idempotency.Resource{Type: "refund", ID: ref.ID}
 	if ref.Status == StatusFailed {
-		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.RefundExceedsPayment,
+		// The provider refused: for more than the charge still holds, that is
+		// refund_exceeds_payment; anything else means the charge cannot be
+		// refunded at all.
+		code := problem.PaymentNotRefundable
+		if deref(ref.FailureCode) == "amount_too_large" {
+			code = problem.RefundExceedsPayment
+		}
+		resp, err := s.finishProblem(ctx, tx, claim, problem.New(code,
 			"The provider refused refund %s (%s).", ref.ID, deref(ref.FailureCode)), res)
 		return deref(resp), err
 	}

@@ -265,8 +265,10 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay dbsqlc.Payment
 func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, pay dbsqlc.Payment) (idempotency.Response, error) {
 	res := &idempotency.Resource{Type: "payment", ID: pay.ID}
 	if pay.Status == StatusFailed {
-		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.CardDeclined,
-			"The card was declined (%s). Payment %s failed; a new attempt needs a new Idempotency-Key.", deref(pay.FailureCode), pay.ID), res)
+		pe := problem.New(problem.CardDeclined,
+			"The card was declined (%s). Payment %s failed; a new attempt needs a new Idempotency-Key.", deref(pay.FailureCode), pay.ID)
+		pe.Instance = "/v1/payments/" + pay.ID.String()
+		resp, err := s.finishProblem(ctx, tx, claim, pe, res)
 		return deref(resp), err
 	}
 	body, err := wire.Encode(paymentJSONFrom(pay))

@@ -91,6 +91,9 @@ type Error struct {
 	Detail string
 	// Fields lists the invalid fields of a validation_failed error.
 	Fields []FieldError
+	// Instance, when set, is a URI reference to the resource this occurrence
+	// is about (RFC 9457 "instance"), e.g. the declined payment.
+	Instance string
 	// RetryAfter, when positive, is sent as the Retry-After header: the client
 	// may retry the same request (same idempotency key) after this long.
 	RetryAfter time.Duration
@@ -128,12 +131,13 @@ func CodeOf(err error) Code {
 
 // body is the wire form of an Error (RFC 9457 members plus code and errors).
 type body struct {
-	Type   string       `json:"type"`
-	Title  string       `json:"title"`
-	Status int          `json:"status"`
-	Detail string       `json:"detail,omitempty"`
-	Code   Code         `json:"code"`
-	Errors []FieldError `json:"errors,omitempty"`
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail,omitempty"`
+	Instance string       `json:"instance,omitempty"`
+	Code     Code         `json:"code"`
+	Errors   []FieldError `json:"errors,omitempty"`
 }
 
 // JSON renders e as an application/problem+json body. It carries no request
@@ -144,12 +148,13 @@ func (e *Error) JSON() []byte {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // bodies are JSON, not HTML: keep "<" readable
 	err := enc.Encode(body{
-		Type:   "urn:oncepay:problem:" + string(e.Code),
-		Title:  http.StatusText(status),
-		Status: status,
-		Detail: e.Detail,
-		Code:   e.Code,
-		Errors: e.Fields,
+		Type:     "urn:oncepay:problem:" + string(e.Code),
+		Title:    http.StatusText(status),
+		Status:   status,
+		Detail:   e.Detail,
+		Instance: e.Instance,
+		Code:     e.Code,
+		Errors:   e.Fields,
 	})
 	if err != nil {
 		// Marshalling strings and ints cannot fail; keep the contract anyway.

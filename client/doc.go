@@ -1,0 +1,34 @@
+// Package client is a Go client for the oncepay orders and payments API that
+// keeps the API's idempotency contract for its caller.
+//
+// Every POST is one business intent under one Idempotency-Key (rule 1 of the
+// brief: a key names an intent, never a transport attempt). The client makes
+// a fresh key per call, or uses the caller's ([WithIdempotencyKey]), and sends
+// that same key on every attempt of the call. This is what makes its retries
+// safe: a retry after a lost response, a dropped connection, a 5xx or
+// 409 request_in_progress either replays the stored answer or resumes the
+// same attempt on the server, and never charges twice.
+//
+// What is retried, with the same key: network errors (including a connection
+// that drops after the request was sent), 500, 502, 503 and 504, and
+// 409 request_in_progress. Waits honour Retry-After and otherwise grow
+// exponentially with jitter up to a cap; the number of attempts is bounded
+// ([WithMaxAttempts]) and the caller's context bounds the whole call. A
+// definite answer is never retried: 2xx, and every other 4xx, such as
+// 402 card_declined or 422 idempotency_key_reused. (Go's http.Transport may
+// also re-send a request that carries an Idempotency-Key once when a reused
+// connection fails; that re-send has the same key too, and is not counted in
+// Meta.Attempts or reported to OnRetry.)
+//
+// Errors the API answers are [*Error] values decoded from
+// application/problem+json; branch on their stable code with [IsCode] or
+// errors.As. [Retryable] tells a definite failure from one whose outcome is
+// still open, which a caller resumes later with the key from [Meta].
+//
+// Every POST returns a [Meta] beside its result, also when it fails: the key
+// that was used, whether the answer was a replay (Idempotent-Replayed), and
+// how long the server keeps the key's record (Idempotency-Expires).
+//
+// The package is the public face of the contract in docs/CONTRACT.md and
+// imports nothing of the service: its types mirror the API's JSON.
+package client
