@@ -25,31 +25,11 @@ import (
 func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID uuid.UUID, amount int64) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
 	defer cancel()
-	if resp, err := s.idem.Lookup(ctx, s.pool, req); err != nil || resp != nil {
-		return deref(resp), err
-	}
-	var (
-		claim *idempotency.Claim
-		ref   dbsqlc.Refund
-		final *idempotency.Response
-	)
-	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		claim, err = s.idem.Begin(ctx, tx, req)
-		if err != nil {
-			return err
-		}
-		if claim.Replay != nil {
-			final = claim.Replay
-			return nil
-		}
-		if claim.ResourceID != nil {
-			ref, err = dbsqlc.New(tx).RefundGetByID(ctx, *claim.ResourceID)
-			return err
-		}
-		ref, final, err = s.createRefund(ctx, tx, claim, paymentID, amount)
-		return err
-	})
+	claim, ref, final, err := phase1(ctx, s, req,
+		func(q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Refund, error) { return q.RefundGetByID(ctx, id) },
+		func(tx pgx.Tx, claim *idempotency.Claim) (dbsqlc.Refund, *idempotency.Response, error) {
+			return s.createRefund(ctx, tx, claim, paymentID, amount)
+		})
 	if err != nil || final != nil {
 		return deref(final), err
 	}

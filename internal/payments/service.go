@@ -57,37 +57,46 @@ func (s *Service) nowUTC() time.Time { return s.now().UTC().Truncate(time.Micros
 func (s *Service) Pay(ctx context.Context, req idempotency.Request, orderID uuid.UUID, paymentMethod string) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
 	defer cancel()
-	if resp, err := s.idem.Lookup(ctx, s.pool, req); err != nil || resp != nil {
-		return deref(resp), err
+	claim, pay, final, err := phase1(ctx, s, req,
+		func(q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Payment, error) { return q.PaymentGetByID(ctx, id) },
+		func(tx pgx.Tx, claim *idempotency.Claim) (dbsqlc.Payment, *idempotency.Response, error) {
+			return s.createPayment(ctx, tx, claim, orderID, paymentMethod)
+		})
+	if err != nil || final != nil {
+		return deref(final), err
 	}
+	return s.completePayment(ctx, claim, pay)
+}
 
-	var (
-		claim *idempotency.Claim
-		pay   dbsqlc.Payment
-		final *idempotency.Response
-	)
-	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+// phase1 is the first phase of a multi-phase operation. It answers from the
+// stored outcome when there is one (the unlocked fast path, then under the
+// claim); else it claims the key and either loads the attempt an earlier
+// phase 1 recorded (a resumed claim) or records a new one with create. create
+// may instead finish the claim with a final refusal, returned as final.
+func phase1[T any](ctx context.Context, s *Service, req idempotency.Request,
+	load func(q *dbsqlc.Queries, id uuid.UUID) (T, error),
+	create func(tx pgx.Tx, claim *idempotency.Claim) (T, *idempotency.Response, error),
+) (claim *idempotency.Claim, attempt T, final *idempotency.Response, err error) {
+	if final, err = s.idem.Lookup(ctx, s.pool, req); err != nil || final != nil {
+		return nil, attempt, final, err
+	}
+	err = postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		claim, err = s.idem.Begin(ctx, tx, req)
-		if err != nil {
+		if claim, err = s.idem.Begin(ctx, tx, req); err != nil {
 			return err
 		}
 		if claim.Replay != nil {
 			final = claim.Replay
 			return nil
 		}
-		q := dbsqlc.New(tx)
-		if claim.ResourceID != nil { // phase 1 committed before: resume
-			pay, err = q.PaymentGetByID(ctx, *claim.ResourceID)
+		if claim.ResourceID != nil { // phase 1 committed before: resume that attempt
+			attempt, err = load(dbsqlc.New(tx), *claim.ResourceID)
 			return err
 		}
-		pay, final, err = s.createPayment(ctx, tx, claim, orderID, paymentMethod)
+		attempt, final, err = create(tx, claim)
 		return err
 	})
-	if err != nil || final != nil {
-		return deref(final), err
-	}
-	return s.completePayment(ctx, claim, pay)
+	return claim, attempt, final, err
 }
 
 // createPayment is phase 1 of a fresh claim: it records a pending payment, or
