@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -116,6 +117,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Payments:    payments.NewHandler(a.payments),
 		Events:      outbox.NewHandler(pool),
 		Webhooks:    webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
+		Demo:        demo.NewHandler(cfg.DemoMode, pool, a.psp, nil, logger),
 		Metrics:     m.Handler(),
 		ObserveHTTP: m.HTTP,
 	})

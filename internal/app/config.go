@@ -53,7 +53,8 @@ type Config struct {
 	// PSPAPIKey is sent to the provider as a bearer token (PSP_API_KEY).
 	PSPAPIKey string
 	// PSPTimeout bounds one provider call; past it the outcome is unknown
-	// (PSP_TIMEOUT, default 10s).
+	// (PSP_TIMEOUT, default 5s). It must stay below WriteTimeout, so a timed
+	// out attempt still has time to release its claim for the retry.
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
 	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
@@ -117,7 +118,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 		PSPURL:                getenv("PSP_URL"),
 		PSPAPIKey:             getenv("PSP_API_KEY"),
-		PSPTimeout:            r.duration("PSP_TIMEOUT", 10*time.Second),
+		PSPTimeout:            r.duration("PSP_TIMEOUT", 5*time.Second),
 		PSPWebhookSecrets:     strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
 		PSPKeyRetention:       r.duration("PSP_KEY_RETENTION", 24*time.Hour),
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
@@ -142,6 +143,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ProcessedMessages: r.duration("RETENTION_PROCESSED_MESSAGES", p.ProcessedMessages),
 		WebhookReceipts:   r.duration("RETENTION_WEBHOOK_RECEIPTS", p.WebhookReceipts),
 		PublishedEvents:   r.duration("RETENTION_PUBLISHED_EVENTS", p.PublishedEvents),
+	}
+	if c.PSPTimeout >= c.WriteTimeout {
+		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
 	}
 	if err := retention.Check(c.Retention, c.Horizons); err != nil {
 		r.errs = append(r.errs, err)

@@ -12,12 +12,14 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/internal/wire"
+	"github.com/oncepay/oncepay/web"
 )
 
 // MaxBodyBytes bounds request bodies; larger ones get 413 request_too_large.
@@ -32,6 +34,9 @@ type Deps struct {
 	Payments *payments.Handler
 	Events   *outbox.Handler
 	Webhooks *webhooks.Receiver
+	// Demo serves the demo-mode endpoints and the X-Demo-Chaos middleware;
+	// outside demo mode they answer 404.
+	Demo *demo.Handler
 	// Metrics serves /metrics; ObserveHTTP receives every request's latency.
 	Metrics     http.Handler
 	ObserveHTTP func(method, route string, status int, d time.Duration)
@@ -48,6 +53,7 @@ func New(d Deps) *echo.Echo {
 	e.Use(
 		middleware.RequestID(),
 		requestLogger(d.Logger, d.ObserveHTTP),
+		d.Demo.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 		middleware.BodyLimit("64K"),
 	)
@@ -70,6 +76,18 @@ func New(d Deps) *echo.Echo {
 	v1.GET("/payments/:id", d.Payments.Get, auth)
 	v1.POST("/payments/:id/refunds", d.Payments.Refund, auth)
 	v1.GET("/events", d.Events.List, auth)
+
+	// The web UI, embedded.
+	ui := web.Handler()
+	e.GET("/", ui)
+	e.GET("/assets/*", ui)
+
+	// Demo mode only (internal/demo); 404 otherwise. GET /demo needs no key.
+	e.GET("/demo", d.Demo.Status)
+	e.GET("/demo/orders/:id/payments", d.Demo.OrderPayments, auth)
+	e.GET("/demo/faults", d.Demo.Faults, auth)
+	e.PUT("/demo/faults", d.Demo.SetFaults, auth)
+	e.POST("/demo/events/:id/replay", d.Demo.ReplayEvent, auth)
 
 	return e
 }

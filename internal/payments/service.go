@@ -317,7 +317,11 @@ func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, 
 	}
 	s.logger.WarnContext(ctx, "provider outcome unknown; attempt stays pending",
 		"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key), "error", cause.Error())
-	if err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error { return claim.Release(ctx, tx) }); err != nil {
+	// The provider call may have used up ctx's time (a timeout is an unknown
+	// outcome): release on a context of its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := postgres.InTx(rctx, s.pool, func(tx pgx.Tx) error { return claim.Release(rctx, tx) }); err != nil {
 		s.logger.ErrorContext(ctx, "release lease", "error", err.Error()) // the lease then simply runs out
 	}
 	return idempotency.Response{}, &problem.Error{

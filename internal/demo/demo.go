@@ -1,0 +1,378 @@
+// Package demo owns the endpoints that exist only in demo mode
+// (DEMO_MODE=true): what the web UI needs to make the brief's failure drills
+// visible to a person, and the chaos that provokes them on purpose.
+//
+//   - GET  /demo: whether demo mode is on, the demo tenants and what chaos
+//     this build offers (no API key needed: the demo keys are public).
+//   - GET  /demo/orders/{id}/payments: every payment attempt of an order,
+//     its refunds, and how often the provider really charged it, read from
+//     the embedded simulator's ledger (the ground truth of "charged once").
+//   - GET, PUT /demo/faults: arm the simulator's one-shot faults for its next
+//     call (a timeout, a 5xx, or a charge whose answer is dropped).
+//   - POST /demo/events/{id}/replay: an operator's republish of an outbox
+//     event, through a function injected at construction.
+//   - the X-Demo-Chaos request header (Handler.Chaos): "lose-response" runs
+//     the request to its end, then closes the connection unanswered, so the
+//     client sees what drill 1 describes and its retry gets the replay.
+//
+// They exist only in demo mode because they reveal internals (the provider's
+// ledger, idempotency keys) and let a caller break the provider on purpose;
+// a production service must offer neither. Outside demo mode every one of
+// them answers 404 not_found, exactly like a route that does not exist, so
+// nothing about them is revealed; a request that carries X-Demo-Chaos is
+// refused with the same 404 before it executes, so nobody believes they
+// tested a lost response that was in fact delivered.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/wire"
+)
+
+// ReplayFunc republishes one outbox event, as an operator would: consumers
+// receive the same message id again and must ignore it (rule 6).
+type ReplayFunc func(ctx context.Context, eventID uuid.UUID) error
+
+// Handler serves the demo endpoints and the chaos middleware.
+type Handler struct {
+	enabled bool
+	pool    *pgxpool.Pool
+	psp     *pspsim.Server
+	replay  ReplayFunc
+	logger  *slog.Logger
+}
+
+// NewHandler returns the demo handler. enabled is the service's demo mode:
+// when false, every endpoint answers 404 and Chaos refuses its header. psp is
+// the embedded payment simulator, nil when the service talks to an external
+// provider (then charge counts are null and faults cannot be armed). replay
+// republishes an outbox event; nil hides the replay control.
+func NewHandler(enabled bool, pool *pgxpool.Pool, psp *pspsim.Server, replay ReplayFunc, logger *slog.Logger) *Handler {
+	return &Handler{enabled: enabled, pool: pool, psp: psp, replay: replay, logger: logger}
+}
+
+// errDisabled is the answer of every demo endpoint outside demo mode: the
+// same 404 as a route that does not exist.
+func errDisabled() error {
+	return problem.New(problem.NotFound, "No such resource. The demo endpoints exist only in demo mode (DEMO_MODE=true).")
+}
+
+type tenantJSON struct {
+	Slug   string `json:"slug"`
+	Name   string `json:"name"`
+	APIKey string `json:"api_key"`
+}
+
+type chaosJSON struct {
+	// LoseResponse: the X-Demo-Chaos: lose-response header works.
+	LoseResponse bool `json:"lose_response"`
+	// ProviderFaults: PUT /demo/faults works (the simulator is embedded).
+	ProviderFaults bool `json:"provider_faults"`
+	// EventReplay: POST /demo/events/{id}/replay works.
+	EventReplay bool `json:"event_replay"`
+}
+
+type statusJSON struct {
+	DemoMode       bool         `json:"demo_mode"`
+	Tenants        []tenantJSON `json:"tenants"`
+	PaymentMethods []string     `json:"payment_methods"`
+	Chaos          chaosJSON    `json:"chaos"`
+}
+
+// Status handles GET /demo. It needs no API key: it names the demo tenants
+// and their well-known keys, which the README prints anyway.
+func (h *Handler) Status(c echo.Context) error {
+	if !h.enabled {
+		return errDisabled()
+	}
+	out := statusJSON{
+		DemoMode:       true,
+		PaymentMethods: []string{pspsim.PaymentMethodOK, pspsim.PaymentMethodDeclined, pspsim.PaymentMethodInsufficientFunds},
+		Chaos:          chaosJSON{LoseResponse: true, ProviderFaults: h.psp != nil, EventReplay: h.replay != nil},
+	}
+	for _, t := range tenants.DemoTenants() {
+		out.Tenants = append(out.Tenants, tenantJSON{Slug: t.Slug, Name: t.Name, APIKey: t.APIKey})
+	}
+	return wire.JSON(c, http.StatusOK, out)
+}
+
+// providerJSON is what the provider's ledger says about one payment.
+type providerJSON struct {
+	ChargesSucceeded int   `json:"charges_succeeded"`
+	ChargesFailed    int   `json:"charges_failed"`
+	Refunds          int   `json:"refunds"`
+	AmountRefunded   int64 `json:"amount_refunded"`
+}
+
+type paymentJSON struct {
+	ID               uuid.UUID     `json:"id"`
+	Status           string        `json:"status"`
+	Amount           int64         `json:"amount"`
+	Currency         string        `json:"currency"`
+	PaymentMethod    string        `json:"payment_method"`
+	IdempotencyKey   string        `json:"idempotency_key"`
+	ProviderChargeID *string       `json:"provider_charge_id"`
+	FailureCode      *string       `json:"failure_code"`
+	AmountRefunded   int64         `json:"amount_refunded"`
+	CreatedAt        time.Time     `json:"created_at"`
+	UpdatedAt        time.Time     `json:"updated_at"`
+	Provider         *providerJSON `json:"provider"`
+}
+
+type refundJSON struct {
+	ID               uuid.UUID `json:"id"`
+	PaymentID        uuid.UUID `json:"payment_id"`
+	Status           string    `json:"status"`
+	Amount           int64     `json:"amount"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	ProviderRefundID *string   `json:"provider_refund_id"`
+	CreatedAt        time.Time `json:"created_at"`
+}
+
+type orderPaymentsJSON struct {
+	OrderID     uuid.UUID `json:"order_id"`
+	OrderStatus string    `json:"order_status"`
+	AmountTotal int64     `json:"amount_total"`
+	Currency    string    `json:"currency"`
+	// Charged counts the provider's succeeded charges over all of the
+	// order's payments: 1 for a paid order, whatever the network did. It
+	// is null when the simulator is not embedded.
+	Charged  *int          `json:"charged"`
+	Payments []paymentJSON `json:"payments"`
+	Refunds  []refundJSON  `json:"refunds"`
+}
+
+// OrderPayments handles GET /demo/orders/{id}/payments: the order's payment
+// attempts and refunds from our database, each payment with what the
+// provider's ledger holds for it (looked up by our payment id, the
+// reference every charge carries).
+func (h *Handler) OrderPayments(c echo.Context) error {
+	if !h.enabled {
+		return errDisabled()
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such order.")
+	}
+	ctx := c.Request().Context()
+	tenantID := tenants.FromContext(c).ID
+	var (
+		order dbsqlc.DemoOrderGetRow
+		pays  []dbsqlc.Payment
+		refs  []dbsqlc.Refund
+	)
+	err = postgres.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+		// One read-only snapshot, so the order, its payments and its
+		// refunds agree with each other.
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		q := dbsqlc.New(tx)
+		var err error
+		if order, err = q.DemoOrderGet(ctx, dbsqlc.DemoOrderGetParams{TenantID: tenantID, ID: id}); err != nil {
+			return fmt.Errorf("load order: %w", err)
+		}
+		if pays, err = q.DemoPaymentListByOrder(ctx, dbsqlc.DemoPaymentListByOrderParams{TenantID: tenantID, OrderID: id}); err != nil {
+			return fmt.Errorf("list payments: %w", err)
+		}
+		if refs, err = q.DemoRefundListByOrder(ctx, dbsqlc.DemoRefundListByOrderParams{TenantID: tenantID, OrderID: id}); err != nil {
+			return fmt.Errorf("list refunds: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return problem.New(problem.NotFound, "No such order.")
+	}
+	if err != nil {
+		return fmt.Errorf("demo order payments: %w", err)
+	}
+
+	out := orderPaymentsJSON{
+		OrderID: order.ID, OrderStatus: order.Status, AmountTotal: order.AmountTotal, Currency: order.Currency,
+		Payments: make([]paymentJSON, 0, len(pays)), Refunds: make([]refundJSON, 0, len(refs)),
+	}
+	charged := 0
+	for _, p := range pays {
+		pj := paymentJSON{
+			ID: p.ID, Status: p.Status, Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod,
+			IdempotencyKey: p.IdempotencyKey, ProviderChargeID: p.ProviderChargeID, FailureCode: p.FailureCode,
+			AmountRefunded: p.AmountRefunded, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		}
+		if h.psp != nil {
+			pj.Provider = ledgerOf(h.psp.Ledger(p.ID.String()))
+			charged += pj.Provider.ChargesSucceeded
+		}
+		out.Payments = append(out.Payments, pj)
+	}
+	if h.psp != nil {
+		out.Charged = &charged
+	}
+	for _, r := range refs {
+		out.Refunds = append(out.Refunds, refundJSON{
+			ID: r.ID, PaymentID: r.PaymentID, Status: r.Status, Amount: r.Amount,
+			IdempotencyKey: r.IdempotencyKey, ProviderRefundID: r.ProviderRefundID, CreatedAt: r.CreatedAt.UTC(),
+		})
+	}
+	return wire.JSON(c, http.StatusOK, out)
+}
+
+// ledgerOf summarises the simulator's ledger for one reference.
+func ledgerOf(l pspsim.Ledger) *providerJSON {
+	out := &providerJSON{}
+	for _, ch := range l.Charges {
+		switch ch.Status {
+		case pspsim.StatusSucceeded:
+			out.ChargesSucceeded++
+		case pspsim.StatusFailed:
+			out.ChargesFailed++
+		}
+	}
+	for _, r := range l.Refunds {
+		if r.Status == pspsim.StatusSucceeded {
+			out.Refunds++
+			out.AmountRefunded += r.Amount
+		}
+	}
+	return out
+}
+
+// MaxFaultsNext bounds each one-shot fault counter of PUT /demo/faults.
+const MaxFaultsNext = 5
+
+// faultsJSON is the body of PUT /demo/faults and the answer of both fault
+// endpoints: the simulator's one-shot counters. Each makes that many of the
+// provider's next calls fail in one way.
+type faultsJSON struct {
+	// TimeoutNext: the provider charges, then hangs until our client gives
+	// up (PSP_TIMEOUT). Our answer is 503; the retry finds the charge.
+	TimeoutNext *int `json:"timeout_next"`
+	// FailNext: the provider answers 503 before charging. Our answer is
+	// 503; the retry charges.
+	FailNext *int `json:"fail_next"`
+	// DropNext: the provider charges, then drops the connection. Our answer
+	// is 503; the retry finds the charge.
+	DropNext *int `json:"drop_next"`
+}
+
+func faultsJSONFrom(f pspsim.Faults) faultsJSON {
+	return faultsJSON{TimeoutNext: &f.TimeoutNext, FailNext: &f.FailNext, DropNext: &f.DropNext}
+}
+
+// Faults handles GET /demo/faults: the one-shot faults still armed.
+func (h *Handler) Faults(c echo.Context) error {
+	if err := h.needPSP(); err != nil {
+		return err
+	}
+	return wire.JSON(c, http.StatusOK, faultsJSONFrom(h.psp.Faults()))
+}
+
+// SetFaults handles PUT /demo/faults: it sets the one-shot counters named in
+// the body (0 to MaxFaultsNext; absent ones keep their value) and keeps every
+// other simulator setting. Setting a counter is idempotent: PUT the same body
+// twice and one fault is armed, not two.
+func (h *Handler) SetFaults(c echo.Context) error {
+	if err := h.needPSP(); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return fmt.Errorf("read faults body: %w", err)
+	}
+	var in faultsJSON
+	if err := wire.Decode(body, &in); err != nil {
+		return err
+	}
+	var fields []problem.FieldError
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"timeout_next", in.TimeoutNext}, {"fail_next", in.FailNext}, {"drop_next", in.DropNext}} {
+		if f.v != nil && (*f.v < 0 || *f.v > MaxFaultsNext) {
+			fields = append(fields, problem.FieldError{Field: f.name, Message: fmt.Sprintf("must be between 0 and %d", MaxFaultsNext)})
+		}
+	}
+	if len(fields) > 0 {
+		return problem.Validation(fields...)
+	}
+	// Read-modify-write of the simulator's settings: two concurrent PUTs may
+	// interleave, which a demo accepts; the simulator's own lock keeps each
+	// call consistent.
+	f := h.psp.Faults()
+	if in.TimeoutNext != nil {
+		f.TimeoutNext = *in.TimeoutNext
+	}
+	if in.FailNext != nil {
+		f.FailNext = *in.FailNext
+	}
+	if in.DropNext != nil {
+		f.DropNext = *in.DropNext
+	}
+	if err := h.psp.SetFaults(f); err != nil {
+		return fmt.Errorf("demo faults: %w", err)
+	}
+	h.logger.InfoContext(c.Request().Context(), "demo: provider faults armed",
+		"timeout_next", f.TimeoutNext, "fail_next", f.FailNext, "drop_next", f.DropNext)
+	return wire.JSON(c, http.StatusOK, faultsJSONFrom(h.psp.Faults()))
+}
+
+func (h *Handler) needPSP() error {
+	if !h.enabled {
+		return errDisabled()
+	}
+	if h.psp == nil {
+		return problem.New(problem.NotFound, "Provider faults need the embedded payment simulator; this service talks to PSP_URL.")
+	}
+	return nil
+}
+
+type replayJSON struct {
+	EventID uuid.UUID `json:"event_id"`
+	Status  string    `json:"status"`
+}
+
+// ReplayEvent handles POST /demo/events/{id}/replay: the operator's
+// republish of one of the tenant's outbox events. The consumers get the same
+// message id again; their inbox makes the redelivery change nothing. It
+// answers 202: the dispatcher publishes the event again soon, not now.
+func (h *Handler) ReplayEvent(c echo.Context) error {
+	if !h.enabled {
+		return errDisabled()
+	}
+	if h.replay == nil {
+		return problem.New(problem.NotFound, "Event replay is not available in this build.")
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such event.")
+	}
+	ctx := c.Request().Context()
+	exists, err := dbsqlc.New(h.pool).DemoEventExists(ctx, dbsqlc.DemoEventExistsParams{TenantID: tenants.FromContext(c).ID, ID: id})
+	if err != nil {
+		return fmt.Errorf("look up event: %w", err)
+	}
+	if !exists { // another tenant's event is "no such event" too
+		return problem.New(problem.NotFound, "No such event.")
+	}
+	if err := h.replay(ctx, id); err != nil {
+		return fmt.Errorf("replay event %s: %w", id, err)
+	}
+	h.logger.InfoContext(ctx, "demo: event replayed by operator", "event_id", id)
+	return wire.JSON(c, http.StatusAccepted, replayJSON{EventID: id, Status: "replay_requested"})
+}

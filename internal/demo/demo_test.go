@@ -1,0 +1,229 @@
+package demo_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/oncepay/oncepay/internal/demo"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/pspsim"
+)
+
+// The demo endpoints that read the database are tested end to end in
+// internal/app (browser_test.go); these tests cover the gate, the chaos
+// middleware and the fault settings, which need no database.
+
+// server mounts h on a real HTTP server (the chaos middleware hijacks real
+// connections) with a handler that counts its executions.
+func server(t *testing.T, h *demo.Handler) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		var pe *problem.Error
+		if !errors.As(err, &pe) {
+			pe = &problem.Error{Code: problem.Internal}
+		}
+		_ = c.Blob(problem.Status(pe.Code), problem.ContentType, pe.JSON())
+	}
+	e.Use(h.Chaos)
+	var executed atomic.Int32
+	e.POST("/v1/things", func(c echo.Context) error {
+		executed.Add(1)
+		return c.JSON(http.StatusCreated, map[string]string{"id": "thing_1"})
+	})
+	e.GET("/demo", h.Status)
+	e.GET("/demo/faults", h.Faults)
+	e.PUT("/demo/faults", h.SetFaults)
+	e.GET("/demo/orders/:id/payments", h.OrderPayments)
+	e.POST("/demo/events/:id/replay", h.ReplayEvent)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv, &executed
+}
+
+func send(t *testing.T, srv *httptest.Server, method, path, body string, header map[string]string) (*http.Response, string, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	return res, string(raw), err
+}
+
+func wantCode(t *testing.T, res *http.Response, body string, status int, code problem.Code) {
+	t.Helper()
+	if res.StatusCode != status || !strings.Contains(body, `"code":"`+string(code)+`"`) {
+		t.Fatalf("got %d %s, want %d %s", res.StatusCode, body, status, code)
+	}
+}
+
+func logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newPSP(t *testing.T) *pspsim.Server {
+	t.Helper()
+	psp, err := pspsim.New(pspsim.Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return psp
+}
+
+func TestChaosLoseResponse(t *testing.T) {
+	t.Parallel()
+	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	_, _, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
+	if err == nil {
+		t.Fatal("the response arrived; want the connection closed without an answer")
+	}
+	if n := executed.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: the request must execute before its answer is lost", n)
+	}
+	res, body, err := send(t, srv, "POST", "/v1/things", "{}", nil)
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("without the header: %v %v %s", err, res, body)
+	}
+}
+
+func TestChaosLosesErrorAnswersToo(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	// A 404 of the router is an answer like any other: it is lost too.
+	if _, _, err := send(t, srv, "POST", "/v1/nothing", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse}); err == nil {
+		t.Fatal("the error answer arrived; want the connection closed")
+	}
+}
+
+func TestChaosRefusedOutsideDemoMode(t *testing.T) {
+	t.Parallel()
+	srv, executed := server(t, demo.NewHandler(false, nil, nil, nil, logger()))
+	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
+	if n := executed.Load(); n != 0 {
+		t.Fatalf("handler ran %d times outside demo mode, want 0", n)
+	}
+	// Requests without the header are untouched.
+	if res, body, err := send(t, srv, "POST", "/v1/things", "{}", nil); err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("without the header: %v %s", err, body)
+	}
+}
+
+func TestChaosUnknownValue(t *testing.T) {
+	t.Parallel()
+	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: "set-fire"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, res, body, http.StatusUnprocessableEntity, problem.ValidationFailed)
+	if executed.Load() != 0 {
+		t.Fatal("handler ran for an unknown chaos value")
+	}
+}
+
+func TestEndpointsOutsideDemoMode(t *testing.T) {
+	t.Parallel()
+	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
+	srv, _ := server(t, demo.NewHandler(false, nil, newPSP(t), replay, logger()))
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/demo", ""},
+		{"GET", "/demo/faults", ""},
+		{"PUT", "/demo/faults", `{"drop_next":1}`},
+		{"GET", "/demo/orders/01a22931-c9da-71c4-a494-fc128972f4cb/payments", ""},
+		{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
+	} {
+		res, body, err := send(t, srv, r.method, r.path, r.body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	res, body, err := send(t, srv, "GET", "/demo", "", nil)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /demo: %v %s", err, body)
+	}
+	for _, want := range []string{
+		`"demo_mode":true`, `"api_key":"sk_test_acme"`, `"api_key":"sk_test_globex"`, `"pm_card_declined"`,
+		`"chaos":{"lose_response":true,"provider_faults":false,"event_replay":false}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /demo = %s, want %s in it", body, want)
+		}
+	}
+}
+
+func TestSetFaults(t *testing.T) {
+	t.Parallel()
+	psp := newPSP(t)
+	if err := psp.SetFaults(pspsim.Faults{LatencyMS: 7, FailNext: 2}); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := server(t, demo.NewHandler(true, nil, psp, nil, logger()))
+	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /demo/faults: %v %s", err, body)
+	}
+	if body != `{"timeout_next":0,"fail_next":2,"drop_next":1}` {
+		t.Fatalf("answer = %s", body)
+	}
+	// Idempotent: the same PUT arms one drop, not two; other settings stay.
+	if _, _, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f := psp.Faults(); f.DropNext != 1 || f.FailNext != 2 || f.LatencyMS != 7 {
+		t.Fatalf("faults = %+v, want drop_next 1, fail_next 2 and latency 7 kept", f)
+	}
+	for _, bad := range []string{`{"timeout_next":6}`, `{"fail_next":-1}`, `{"drop_nxt":1}`} {
+		res, body, err := send(t, srv, "PUT", "/demo/faults", bad, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, res, body, http.StatusUnprocessableEntity, problem.ValidationFailed)
+	}
+	res, body, err = send(t, srv, "GET", "/demo/faults", "", nil)
+	if err != nil || res.StatusCode != http.StatusOK || body != `{"timeout_next":0,"fail_next":2,"drop_next":1}` {
+		t.Fatalf("GET /demo/faults = %v %s", err, body)
+	}
+}
+
+func TestWithoutSimulatorOrReplay(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/demo/faults", ""},
+		{"PUT", "/demo/faults", `{"drop_next":1}`},
+		{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
+	} {
+		res, body, err := send(t, srv, r.method, r.path, r.body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
+	}
+}
