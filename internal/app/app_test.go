@@ -486,6 +486,9 @@ func TestAuthentication(t *testing.T) {
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		wantProblem(t, response{res.StatusCode, res.Header, body}, http.StatusUnauthorized, "unauthorized")
+		if res.Header.Get("WWW-Authenticate") == "" {
+			t.Fatal("401 without WWW-Authenticate")
+		}
 	}
 	if n := b.count(t, `SELECT count(*) FROM api_idempotency`); n != 0 {
 		t.Fatalf("unauthenticated requests stored %d idempotency records", n)

@@ -33,6 +33,9 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 		h := c.Response().Header()
 		h.Set(echo.HeaderContentType, problem.ContentType)
+		if status == http.StatusUnauthorized {
+			h.Set("WWW-Authenticate", `Bearer realm="oncepay"`) // RFC 9110: a 401 names its scheme
+		}
 		if pe.RetryAfter > 0 {
 			h.Set("Retry-After", strconv.Itoa(int(pe.RetryAfter.Seconds())))
 		}
@@ -59,8 +62,6 @@ func toProblem(err error) *problem.Error {
 			return problem.New(problem.MethodNotAllowed, "This method is not allowed on this resource.")
 		case http.StatusRequestEntityTooLarge:
 			return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
-		case http.StatusUnsupportedMediaType:
-			return problem.New(problem.UnsupportedMediaType, "Send application/json.")
 		case http.StatusUnauthorized:
 			return problem.New(problem.Unauthorized, "The API key is not valid.")
 		case http.StatusBadRequest:

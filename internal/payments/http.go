@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -32,7 +33,9 @@ type payRequestJSON struct {
 }
 
 type refundRequestJSON struct {
-	Amount *int64 `json:"amount"`
+	// Amount is a JSON number in minor units; 500 and 500.0 are the same
+	// number (and the same canonical JSON), 500.5 is not an amount.
+	Amount *float64 `json:"amount"`
 }
 
 // request reads what every POST here needs: the key, the body, and the
@@ -94,10 +97,10 @@ func (h *Handler) Refund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if in.Amount == nil || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
-		return problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive integer in minor units (at most %d)", int64(MaxRefundAmount))})
+	if in.Amount == nil || *in.Amount != math.Trunc(*in.Amount) || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
+		return problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive whole number in minor units (at most %d)", int64(MaxRefundAmount))})
 	}
-	resp, err := h.svc.Refund(c.Request().Context(), req, paymentID, *in.Amount)
+	resp, err := h.svc.Refund(c.Request().Context(), req, paymentID, int64(*in.Amount))
 	if err != nil {
 		return err
 	}

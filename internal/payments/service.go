@@ -164,7 +164,14 @@ func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim,
 	var charge *Charge
 	if pay.Status == StatusPending {
 		c, err := s.charge(ctx, claim, pay)
-		if err != nil {
+		var rejected *RejectedError
+		switch {
+		case errors.As(err, &rejected) && rejected.Status == http.StatusBadRequest:
+			// The provider refused the request without charging (e.g. an
+			// unknown payment method): a definite, final failure.
+			code := rejected.Code
+			c = Charge{Status: StatusFailed, FailureCode: &code}
+		case err != nil:
 			return s.unknownOutcome(ctx, claim, err)
 		}
 		charge = &c
@@ -233,15 +240,19 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay dbsqlc.Payment
 		err   error
 		event string
 	)
+	var chargeID *string
+	if c.ID != "" { // a refused request created no charge
+		chargeID = &c.ID
+	}
 	if c.Status == StatusSucceeded {
-		row, err = q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: &c.ID, Now: now, ID: pay.ID})
+		row, err = q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: chargeID, Now: now, ID: pay.ID})
 		event = EventPaymentSucceeded
 	} else {
 		code := "card_declined"
 		if c.FailureCode != nil {
 			code = *c.FailureCode
 		}
-		row, err = q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: &c.ID, FailureCode: &code, Now: now, ID: pay.ID})
+		row, err = q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: chargeID, FailureCode: &code, Now: now, ID: pay.ID})
 		event = EventPaymentFailed
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -270,12 +281,17 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay dbsqlc.Payment
 }
 
 // finishPayment stores the answer for a final payment: 201 with the payment,
-// or 402 card_declined.
+// 402 card_declined when the provider declined a charge, or 422
+// payment_rejected when it refused the request without creating a charge.
 func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, pay dbsqlc.Payment) (idempotency.Response, error) {
 	res := &idempotency.Resource{Type: "payment", ID: pay.ID}
 	if pay.Status == StatusFailed {
 		pe := problem.New(problem.CardDeclined,
 			"The card was declined (%s). Payment %s failed; a new attempt needs a new Idempotency-Key.", deref(pay.FailureCode), pay.ID)
+		if pay.ProviderChargeID == nil {
+			pe = problem.New(problem.PaymentRejected,
+				"The payment provider refused payment %s (%s); check the payment method. A new attempt needs a new Idempotency-Key.", pay.ID, deref(pay.FailureCode))
+		}
 		pe.Instance = "/v1/payments/" + pay.ID.String()
 		resp, err := s.finishProblem(ctx, tx, claim, pe, res)
 		return deref(resp), err

@@ -34,13 +34,13 @@ const (
 	InvalidJSON                Code = "invalid_json"
 	ValidationFailed           Code = "validation_failed"
 	RequestTooLarge            Code = "request_too_large"
-	UnsupportedMediaType       Code = "unsupported_media_type"
 	NotFound                   Code = "not_found"
 	MethodNotAllowed           Code = "method_not_allowed"
 	CardDeclined               Code = "card_declined"
 	OrderAlreadyPaid           Code = "order_already_paid"
 	RefundExceedsPayment       Code = "refund_exceeds_payment"
 	PaymentNotRefundable       Code = "payment_not_refundable"
+	PaymentRejected            Code = "payment_rejected"
 	PaymentProviderUnavailable Code = "payment_provider_unavailable"
 	ServiceUnavailable         Code = "service_unavailable"
 	Internal                   Code = "internal_error"
@@ -56,13 +56,13 @@ var statuses = map[Code]int{
 	InvalidJSON:                http.StatusBadRequest,
 	ValidationFailed:           http.StatusUnprocessableEntity,
 	RequestTooLarge:            http.StatusRequestEntityTooLarge,
-	UnsupportedMediaType:       http.StatusUnsupportedMediaType,
 	NotFound:                   http.StatusNotFound,
 	MethodNotAllowed:           http.StatusMethodNotAllowed,
 	CardDeclined:               http.StatusPaymentRequired,
 	OrderAlreadyPaid:           http.StatusConflict,
 	RefundExceedsPayment:       http.StatusUnprocessableEntity,
 	PaymentNotRefundable:       http.StatusConflict,
+	PaymentRejected:            http.StatusUnprocessableEntity,
 	PaymentProviderUnavailable: http.StatusServiceUnavailable,
 	ServiceUnavailable:         http.StatusServiceUnavailable,
 	Internal:                   http.StatusInternalServerError,
