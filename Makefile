@@ -80,9 +80,20 @@ bench: build
 	 $(GO) run ./cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
+## chaos: start the real stack (2 APIs, pspsim, PostgreSQL, NATS with the outbox) and drive CHAOS_INTENTS
+##        seeded intents through real faults, then check "charged exactly once" and the other invariants;
+##        CHAOS_SEED replays a schedule, CHAOS_ARGS passes more flags (docs/RELIABILITY.md)
+CHAOS_INTENTS ?= 10000
+CHAOS_SEED ?= 1
+CHAOS_ARGS ?=
+.PHONY: chaos
+chaos:
+	@DATABASE_URL="$$(scripts/postgres.sh chaos)"; export DATABASE_URL; \
+	 $(GO) run ./cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
+
 ## pg-stop: stop the private PostgreSQL clusters
 pg-stop:
-	@scripts/postgres.sh --stop dev; scripts/postgres.sh --stop test
+	@for c in dev test bench chaos; do scripts/postgres.sh --stop $$c; done
 
 clean: pg-stop
 	rm -rf bin .data

@@ -32,12 +32,13 @@ WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @i
 
 -- name: IdempotencyCheckpoint :exec
 -- IdempotencyCheckpoint records a recovery point (and the resource it made)
--- and sets the lease.
+-- and sets the lease of a pending record; a finished record is left alone.
 UPDATE api_idempotency
 SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
     resource_type = coalesce(sqlc.narg(resource_type), resource_type),
     resource_id = coalesce(sqlc.narg(resource_id), resource_id)
-WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending';
 
 -- name: IdempotencyDelete :execrows
 -- IdempotencyDelete removes a record; used by tests to stand for expiry.

@@ -247,6 +247,34 @@ func crashOnce(op idempotency.Operation) func(*app.Config) {
 	}
 }
 
+// A phase 2 that fails while the process lives on (its database connection
+// dropped, say) gives the claim back at once: the client's immediate retry
+// resumes the attempt instead of meeting request_in_progress for the rest of
+// the lease. One charge.
+func TestFailedPhase2ReleasesTheClaim(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	b := setup(t, func(c *app.Config) {
+		c.PaymentHooks.InPhase2 = func(idempotency.Operation) error {
+			if failed.CompareAndSwap(false, true) {
+				return errors.New("injected: phase 2 lost its connection")
+			}
+			return nil
+		}
+	})
+	orderID, _ := b.order(t, "o1")
+	if r := b.pay(t, orderID, "pay-p2", "pm_card_ok"); r.status < 500 {
+		t.Fatalf("failed phase 2 answered %d", r.status)
+	}
+	retry := b.pay(t, orderID, "pay-p2", "pm_card_ok")
+	if retry.status != http.StatusCreated {
+		t.Fatalf("immediate retry = %d %s, want 201 (the claim was released)", retry.status, retry.body)
+	}
+	if n := b.allCharges(); n != 1 {
+		t.Fatalf("provider charges = %d, want 1", n)
+	}
+}
+
 // Drill 7 via the client: the provider charged, the API died before phase 2.
 // The client's retry within the lease is told to wait; after the lease it
 // resumes the same attempt: one charge, one succeeded payment.

@@ -18,6 +18,7 @@ SET recovery_point = $1, locked_until = $2, updated_at = $3,
     resource_type = coalesce($4, resource_type),
     resource_id = coalesce($5, resource_id)
 WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
+  AND state = 'pending'
 `
 
 type IdempotencyCheckpointParams struct {
@@ -32,7 +33,7 @@ type IdempotencyCheckpointParams struct {
 }
 
 // IdempotencyCheckpoint records a recovery point (and the resource it made)
-// and sets the lease.
+// and sets the lease of a pending record; a finished record is left alone.
 func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg IdempotencyCheckpointParams) error {
 	_, err := q.db.Exec(ctx, idempotencyCheckpoint,
 		arg.RecoveryPoint,

@@ -130,9 +130,17 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 				return err
 			}
 		}
-		resp, err = s.finishRefund(ctx, tx, claim, final)
-		return err
+		if resp, err = s.finishRefund(ctx, tx, claim, final); err != nil {
+			return err
+		}
+		if h := s.hooks.InPhase2; h != nil {
+			return h(idempotency.OpRefundsCreate)
+		}
+		return nil
 	})
+	if err != nil {
+		s.release(ctx, claim)
+	}
 	return resp, err
 }
 

@@ -28,6 +28,10 @@ type Hooks struct {
 	// records the outcome. An error stops the operation right there, as a
 	// crash would (drill 7): the claim stays pending with its lease.
 	AfterProviderCall func(op idempotency.Operation) error
+	// InPhase2 runs inside phase 2's transaction, before it commits. An
+	// error rolls phase 2 back, as a lost database connection would; the
+	// process lives on.
+	InPhase2 func(op idempotency.Operation) error
 }
 
 // Service executes payments.create and refunds.create.
@@ -96,6 +100,12 @@ func phase1[T any](ctx context.Context, s *Service, req idempotency.Request,
 		attempt, final, err = create(tx, claim)
 		return err
 	})
+	if err != nil && claim != nil && final == nil {
+		// The commit may have happened although it reported an error (a
+		// dropped connection): give a claim that may exist back at once. If
+		// nothing committed, this changes nothing.
+		s.release(ctx, claim)
+	}
 	return claim, attempt, final, err
 }
 
@@ -199,9 +209,17 @@ func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim,
 		if err != nil {
 			return err
 		}
-		resp, err = s.finishPayment(ctx, tx, claim, final)
-		return err
+		if resp, err = s.finishPayment(ctx, tx, claim, final); err != nil {
+			return err
+		}
+		if h := s.hooks.InPhase2; h != nil {
+			return h(idempotency.OpPaymentsCreate)
+		}
+		return nil
 	})
+	if err != nil {
+		s.release(ctx, claim)
+	}
 	return resp, err
 }
 
@@ -333,19 +351,31 @@ func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, 
 	}
 	s.logger.WarnContext(ctx, "provider outcome unknown; attempt stays pending",
 		"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key), "error", cause.Error())
-	// The provider call may have used up ctx's time (a timeout is an unknown
-	// outcome): release on a context of its own.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := postgres.InTx(rctx, s.pool, func(tx pgx.Tx) error { return claim.Release(rctx, tx) }); err != nil {
-		s.logger.ErrorContext(ctx, "release lease", "error", err.Error()) // the lease then simply runs out
-	}
+	s.release(ctx, claim)
 	return idempotency.Response{}, &problem.Error{
 		Code:       problem.PaymentProviderUnavailable,
 		Detail:     "The payment provider did not answer. Nothing is lost: retry with the same Idempotency-Key to resume this attempt.",
 		RetryAfter: RetryAfterUnknown,
 		Err:        cause,
 	}
+}
+
+// release ends the claim's lease after an attempt failed between its phases
+// (an unknown provider outcome, a failed phase 2), so the client's retry
+// resumes it at once instead of meeting request_in_progress until the lease
+// runs out. A crash cannot release; then the lease and the recoverer do. The
+// provider call may have used up ctx's time (a timeout is an unknown
+// outcome): release runs on a context of its own.
+func (s *Service) release(ctx context.Context, claim *idempotency.Claim) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var err error
+	for range 2 { // once more on a fresh connection: the failure may have been the connection
+		if err = postgres.InTx(rctx, s.pool, func(tx pgx.Tx) error { return claim.Release(rctx, tx) }); err == nil {
+			return
+		}
+	}
+	s.logger.ErrorContext(ctx, "release lease", "error", err.Error()) // the lease then simply runs out
 }
 
 // Get returns one of the tenant's payments.

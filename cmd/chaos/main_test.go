@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestRunHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	noEnv := func(string) string { return "" }
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, noEnv, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, f := range []string{"-intents", "-seed", "-crash-every", "-lease", "-client-attempts", "-outbox"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("--help does not list %s:\n%s", f, out.String())
+		}
+	}
+	if err := run(context.Background(), nil, noEnv, &out); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("without DATABASE_URL: %v", err)
+	}
+	if err := run(context.Background(), []string{"extra"}, noEnv, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+		t.Errorf("with an argument: %v", err)
+	}
+}
+
+func TestCrashes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int]int{0: -1, -5: -1, 400: 400} {
+		if got := crashes(in); got != want {
+			t.Errorf("crashes(%d) = %d, want %d", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package chaos
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// cleanHistory is a recorded history of four intents in which everything
+// went right despite faults: a partially refunded order, an order paid on
+// the second card after a decline (its client saw a 503 on the way), an
+// order whose only card was declined, and a fully refunded order whose
+// second refund was refused. Every test case breaks exactly one invariant
+// of a copy of it.
+func cleanHistory() History {
+	const t = "acme"
+	return History{
+		Features: Features{Dispatcher: true, Fulfillment: true},
+		DB: DBState{
+			Orders: []Order{
+				{ID: "o1", Tenant: t, Key: "k1-order", Status: "partially_refunded", AmountTotal: 2490},
+				{ID: "o2", Tenant: t, Key: "k2-order", Status: "fulfilled", AmountTotal: 5900},
+				{ID: "o3", Tenant: t, Key: "k3-order", Status: "awaiting_payment", AmountTotal: 2200},
+				{ID: "o4", Tenant: t, Key: "k4-order", Status: "refunded", AmountTotal: 1800},
+			},
+			OrderItems: []OrderItem{
+				{OrderID: "o1", SKU: "espresso", Quantity: 1},
+				{OrderID: "o2", SKU: "kettle", Quantity: 1},
+				{OrderID: "o3", SKU: "dripper", Quantity: 1},
+				{OrderID: "o4", SKU: "mug", Quantity: 1},
+			},
+			Payments: []Payment{
+				{ID: "p1", Tenant: t, OrderID: "o1", Key: "k1-pay", ProviderKey: "pk1", Status: "succeeded", Amount: 2490, ChargeID: "ch1", AmountRefunded: 500},
+				{ID: "p2", Tenant: t, OrderID: "o2", Key: "k2-pay", ProviderKey: "pk2", Status: "failed", Amount: 5900, ChargeID: "ch2"},
+				{ID: "p3", Tenant: t, OrderID: "o2", Key: "k2-pay2", ProviderKey: "pk3", Status: "succeeded", Amount: 5900, ChargeID: "ch3"},
+				{ID: "p4", Tenant: t, OrderID: "o3", Key: "k3-pay", ProviderKey: "pk4", Status: "failed", Amount: 2200, ChargeID: "ch4"},
+				{ID: "p5", Tenant: t, OrderID: "o4", Key: "k4-pay", ProviderKey: "pk5", Status: "succeeded", Amount: 1800, ChargeID: "ch5", AmountRefunded: 1800},
+			},
+			Refunds: []Refund{
+				{ID: "r1", Tenant: t, PaymentID: "p1", Key: "k1-refund", ProviderKey: "pkr1", Status: "succeeded", Amount: 500, ProviderRefundID: "re1"},
+				{ID: "r2", Tenant: t, PaymentID: "p5", Key: "k4-refund", ProviderKey: "pkr2", Status: "succeeded", Amount: 1800, ProviderRefundID: "re2"},
+			},
+			Records: []Record{
+				{Tenant: t, Operation: OpOrder, Key: "k1-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpOrder, Key: "k2-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpOrder, Key: "k3-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpOrder, Key: "k4-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpPay, Key: "k1-pay", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpPay, Key: "k2-pay", State: "failed", Status: 402},
+				{Tenant: t, Operation: OpPay, Key: "k2-pay2", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpPay, Key: "k3-pay", State: "failed", Status: 402},
+				{Tenant: t, Operation: OpPay, Key: "k4-pay", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpRefund, Key: "k1-refund", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpRefund, Key: "k4-refund", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpRefund, Key: "k4-refund2", State: "failed", Status: 422},
+			},
+			Events: []Event{
+				{ID: "e-o1", Type: "order.created", AggregateID: "o1", Published: true},
+				{ID: "e-o2", Type: "order.created", AggregateID: "o2", Published: true},
+				{ID: "e-o3", Type: "order.created", AggregateID: "o3", Published: true},
+				{ID: "e-o4", Type: "order.created", AggregateID: "o4", Published: true},
+				{ID: "e-p1", Type: "payment.succeeded", AggregateID: "p1", Published: true},
+				{ID: "e-p2", Type: "payment.failed", AggregateID: "p2", Published: true},
+				{ID: "e-p3", Type: "payment.succeeded", AggregateID: "p3", Published: true},
+				{ID: "e-p4", Type: "payment.failed", AggregateID: "p4", Published: true},
+				{ID: "e-p5", Type: "payment.succeeded", AggregateID: "p5", Published: true},
+				{ID: "e-r1", Type: "refund.succeeded", AggregateID: "r1", Published: true},
+				{ID: "e-r2", Type: "refund.succeeded", AggregateID: "r2", Published: true},
+			},
+			StockBefore: []Stock{{t, "espresso", 100}, {t, "kettle", 100}, {t, "dripper", 100}, {t, "mug", 100}},
+			StockAfter:  []Stock{{t, "espresso", 99}, {t, "kettle", 99}, {t, "dripper", 100}, {t, "mug", 99}},
+			Processed: []Processed{
+				{"e-p1", "fulfillment"}, {"e-p3", "fulfillment"}, {"e-p5", "fulfillment"},
+				{"e-r1", "fulfillment"}, {"e-r2", "fulfillment"},
+			},
+			Notifications: []Notification{
+				{OrderID: "o1", Kind: "receipt", EventID: "e-p1"},
+				{OrderID: "o2", Kind: "receipt", EventID: "e-p3"},
+				{OrderID: "o4", Kind: "receipt", EventID: "e-p5"},
+				{OrderID: "o1", Kind: "refund", EventID: "e-r1"},
+				{OrderID: "o4", Kind: "refund", EventID: "e-r2"},
+			},
+		},
+		Ledger: Ledger{
+			Charges: []Charge{
+				{ID: "ch1", Amount: 2490, Status: "succeeded", Reference: "p1", IdempotencyKey: "pk1", AmountRefunded: 500},
+				{ID: "ch2", Amount: 5900, Status: "failed", Reference: "p2", IdempotencyKey: "pk2"},
+				{ID: "ch3", Amount: 5900, Status: "succeeded", Reference: "p3", IdempotencyKey: "pk3"},
+				{ID: "ch4", Amount: 2200, Status: "failed", Reference: "p4", IdempotencyKey: "pk4"},
+				{ID: "ch5", Amount: 1800, Status: "succeeded", Reference: "p5", IdempotencyKey: "pk5", AmountRefunded: 1800},
+			},
+			Refunds: []LedgerRefund{
+				{ID: "re1", Charge: "ch1", Amount: 500, Status: "succeeded", Reference: "r1", IdempotencyKey: "pkr1"},
+				{ID: "re2", Charge: "ch5", Amount: 1800, Status: "succeeded", Reference: "r2", IdempotencyKey: "pkr2"},
+			},
+		},
+		// Duplicates in the stream are at-least-once delivery, not a violation.
+		Stream: &StreamState{MessageIDs: map[string]int{
+			"e-o1": 1, "e-o2": 1, "e-o3": 1, "e-o4": 1, "e-p1": 2, "e-p2": 1, "e-p3": 1,
+			"e-p4": 1, "e-p5": 1, "e-r1": 1, "e-r2": 1,
+		}},
+		Outcomes: []Outcome{
+			{Intent: 1, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k1-order", Status: 201, ResourceID: "o1", Attempts: 2},
+				{Op: OpPay, Key: "k1-pay", Status: 201, ResourceID: "p1", ResourceStatus: "succeeded", Attempts: 1},
+				{Op: OpRefund, Key: "k1-refund", Status: 201, ResourceID: "r1", ResourceStatus: "succeeded", Attempts: 1},
+			}},
+			{Intent: 2, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k2-order", Status: 201, ResourceID: "o2", Attempts: 1},
+				{Op: OpPay, Key: "k2-pay", Status: 402, Code: "card_declined", Attempts: 1},
+				{Op: OpPay, Key: "k2-pay2", Status: 201, ResourceID: "p3", ResourceStatus: "succeeded", Attempts: 3},
+			}},
+			{Intent: 3, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k3-order", Status: 201, ResourceID: "o3", Attempts: 1},
+				{Op: OpPay, Key: "k3-pay", Status: 402, Code: "card_declined", Attempts: 4},
+			}},
+			{Intent: 4, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k4-order", Status: 201, ResourceID: "o4", Attempts: 1},
+				{Op: OpPay, Key: "k4-pay", Status: 201, ResourceID: "p5", ResourceStatus: "succeeded", Attempts: 1},
+				{Op: OpRefund, Key: "k4-refund", Status: 201, ResourceID: "r2", ResourceStatus: "succeeded", Attempts: 1},
+				{Op: OpRefund, Key: "k4-refund2", Status: 422, Code: "refund_exceeds_payment", Attempts: 1},
+			}},
+		},
+	}
+}
+
+// clone deep-copies a history, so a case's mutation stays its own.
+func clone(t *testing.T, h History) History {
+	t.Helper()
+	raw, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out History
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestCheckCleanHistory(t *testing.T) {
+	t.Parallel()
+	if v := Check(cleanHistory()); len(v) != 0 {
+		t.Fatalf("clean history: %d violations: %v", len(v), v)
+	}
+	// Without the optional parts, their invariants are not checked.
+	h := clone(t, cleanHistory())
+	h.Features = Features{}
+	h.Stream = nil
+	h.DB.Processed, h.DB.Notifications = nil, nil
+	for i := range h.DB.Events {
+		h.DB.Events[i].Published = false
+	}
+	h.DB.StockAfter = h.DB.StockBefore
+	if v := Check(h); len(v) != 0 {
+		t.Fatalf("clean history without dispatcher and fulfillment: %v", v)
+	}
+}
+
+func TestCheckReportsEachViolation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		want    Kind
+		subject string
+		inject  func(h *History)
+	}{
+		{"second succeeded charge for a paid order", DoubleCharge, "order o1", func(h *History) {
+			h.Ledger.Charges = append(h.Ledger.Charges, Charge{ID: "ch9", Amount: 2490, Status: "succeeded", Reference: "p1", IdempotencyKey: "another-key"})
+		}},
+		{"provider charge nobody recorded", ChargeWithoutPayment, "charge ch9", func(h *History) {
+			h.Ledger.Charges = append(h.Ledger.Charges, Charge{ID: "ch9", Amount: 100, Status: "succeeded", Reference: "p-unknown"})
+		}},
+		{"we recorded a decline, the provider charged", ChargeMismatch, "payment p4", func(h *History) {
+			h.Ledger.Charges[3].Status = "succeeded"
+		}},
+		{"we recorded success, the provider charged another amount", ChargeMismatch, "payment p3", func(h *History) {
+			h.Ledger.Charges[2].Amount = 5800
+		}},
+		{"payment still pending after settling", Unsettled, "payment p6", func(h *History) {
+			h.DB.Payments = append(h.DB.Payments, Payment{ID: "p6", Tenant: "acme", OrderID: "o3", Key: "k3-pay2", ProviderKey: "pk6", Status: "pending", Amount: 2200})
+			h.DB.Records = append(h.DB.Records, Record{Tenant: "acme", Operation: OpPay, Key: "k3-pay2", State: "pending"})
+		}},
+		{"money operation's record still pending", Unsettled, "record refunds.create k9", func(h *History) {
+			h.DB.Records = append(h.DB.Records, Record{Tenant: "acme", Operation: OpRefund, Key: "k9", State: "pending"})
+		}},
+		{"refunded order shown as partially refunded", OrderStatusMismatch, "order o4", func(h *History) {
+			h.DB.Orders[3].Status = "partially_refunded"
+		}},
+		{"refunds beyond the payment", RefundExceedsPayment, "payment p5", func(h *History) {
+			h.DB.Refunds = append(h.DB.Refunds, Refund{ID: "r3", Tenant: "acme", PaymentID: "p5", Key: "k4-refund3", ProviderKey: "pkr3", Status: "succeeded", Amount: 100, ProviderRefundID: "re3"})
+			h.Ledger.Refunds = append(h.Ledger.Refunds, LedgerRefund{ID: "re3", Charge: "ch5", Amount: 100, Status: "succeeded", Reference: "r3"})
+			h.DB.Payments[4].AmountRefunded = 1900
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-r3", Type: "refund.succeeded", AggregateID: "r3", Published: true})
+			h.Stream.MessageIDs["e-r3"] = 1
+			h.DB.Processed = append(h.DB.Processed, Processed{"e-r3", "fulfillment"})
+		}},
+		{"our refund unknown to the provider", RefundMismatch, "payment p1", func(h *History) {
+			h.Ledger.Refunds = h.Ledger.Refunds[1:]
+		}},
+		{"provider refund unknown to us", RefundMismatch, "payment p1", func(h *History) {
+			h.Ledger.Refunds = append(h.Ledger.Refunds, LedgerRefund{ID: "re9", Charge: "ch1", Amount: 100, Status: "succeeded", Reference: "r9"})
+		}},
+		{"refunded amount is not the refunds' sum", RefundMismatch, "payment p1", func(h *History) {
+			h.DB.Payments[0].AmountRefunded = 600
+		}},
+		{"order without order.created", EventMissing, "order.created o3", func(h *History) {
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-o3" })
+		}},
+		{"payment.succeeded twice", EventDuplicated, "payment.succeeded p1", func(h *History) {
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-p1b", Type: "payment.succeeded", AggregateID: "p1", Published: true})
+			h.Stream.MessageIDs["e-p1b"] = 1
+			h.DB.Processed = append(h.DB.Processed, Processed{"e-p1b", "fulfillment"})
+		}},
+		{"event never published", EventUnpublished, "event e-p2", func(h *History) {
+			h.DB.Events[5].Published = false
+		}},
+		{"event marked published, not in the stream", EventUnpublished, "event e-r1", func(h *History) {
+			delete(h.Stream.MessageIDs, "e-r1")
+		}},
+		{"payment.succeeded never consumed", EventUnconsumed, "event e-p3", func(h *History) {
+			h.DB.Processed = slices.DeleteFunc(h.DB.Processed, func(p Processed) bool { return p.MessageID == "e-p3" })
+		}},
+		{"order shipped twice", FulfillmentMismatch, "order o2", func(h *History) {
+			h.DB.Notifications = append(h.DB.Notifications, Notification{OrderID: "o2", Kind: "receipt", EventID: "e-p3-redelivered"})
+			h.DB.StockAfter[1].Stock = 98
+		}},
+		{"stock taken without a shipment", StockMismatch, "product acme/dripper", func(h *History) {
+			h.DB.StockAfter[2].Stock = 99
+		}},
+		{"webhook stored, never applied", WebhookUnprocessed, "webhook msg_1", func(h *History) {
+			h.DB.UnprocessedWebhooks = []string{"msg_1"}
+		}},
+		{"intent without any definite outcome", IntentNotDefinite, "intent 3 payments.create k3-pay", func(h *History) {
+			h.Outcomes[2].Calls[1] = Call{Op: OpPay, Key: "k3-pay", Status: 0, Err: "connection reset", Attempts: 8,
+				Resumed: &Call{Op: OpPay, Key: "k3-pay", Status: 503, Code: "payment_provider_unavailable"}}
+			h.DB.Records = slices.DeleteFunc(h.DB.Records, func(r Record) bool { return r.Key == "k3-pay" })
+		}},
+		{"client left with a 503 after its retries", ClientUnresolved, "intent 1 payments.create k1-pay", func(h *History) {
+			c := &h.Outcomes[0].Calls[1]
+			resumed := *c
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Attempts = 503, "payment_provider_unavailable", "", "", 8
+			c.Resumed = &resumed
+		}},
+		{"client left with 409 request_in_progress", ClientUnresolved, "intent 2 payments.create k2-pay2", func(h *History) {
+			c := &h.Outcomes[1].Calls[2]
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus = 409, "request_in_progress", "", "" // the record says completed
+		}},
+		{"declined answer for a succeeded payment", AnswerMismatch, "intent 2 payments.create k2-pay2", func(h *History) {
+			c := &h.Outcomes[1].Calls[2]
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus = 402, "card_declined", "", ""
+		}},
+		{"order answer names another order", AnswerMismatch, "intent 4 orders.create k4-order", func(h *History) {
+			h.Outcomes[3].Calls[0].ResourceID = "o3"
+		}},
+		{"fresh key refused as reused", UnexpectedAnswer, "intent 3 payments.create k3-pay", func(h *History) {
+			c := &h.Outcomes[2].Calls[1]
+			c.Status, c.Code = 422, "idempotency_key_reused"
+		}},
+		{"data race in a process", DataRace, "processes", func(h *History) {
+			h.DataRaces = 2
+		}},
+	}
+	covered := map[Kind]bool{}
+	for _, tt := range tests {
+		covered[tt.want] = true
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := clone(t, cleanHistory())
+			tt.inject(&h)
+			got := Check(h)
+			if len(got) != 1 || got[0].Kind != tt.want || got[0].Subject != tt.subject {
+				t.Fatalf("want exactly one %s about %q, got %d:\n%v", tt.want, tt.subject, len(got), got)
+			}
+		})
+	}
+	for _, k := range Kinds {
+		if !covered[k] {
+			t.Errorf("no recorded history violates %s", k)
+		}
+	}
+}
+
+func TestCallDefinite(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		call Call
+		want bool
+	}{
+		{Call{Status: 201}, true},
+		{Call{Status: 200}, true},
+		{Call{Status: 402, Code: "card_declined"}, true},
+		{Call{Status: 409, Code: "order_already_paid"}, true},
+		{Call{Status: 422, Code: "refund_exceeds_payment"}, true},
+		{Call{Status: 409, Code: "request_in_progress"}, false},
+		{Call{Status: 503, Code: "payment_provider_unavailable"}, false},
+		{Call{Status: 500}, false},
+		{Call{Status: 0, Err: "connection reset"}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.call.Definite(); got != tt.want {
+			t.Errorf("%+v.Definite() = %v, want %v", tt.call, got, tt.want)
+		}
+	}
+}

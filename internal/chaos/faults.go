@@ -1,0 +1,359 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/pspsim"
+)
+
+// faultCounts counts injected faults by kind.
+type faultCounts struct {
+	mu sync.Mutex
+	n  map[FaultKind]int
+}
+
+func (f *faultCounts) add(k FaultKind, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[FaultKind]int{}
+	}
+	f.n[k] += n
+}
+
+func (f *faultCounts) snapshot() map[FaultKind]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[FaultKind]int, len(f.n))
+	for k, v := range f.n {
+		out[k] = v
+	}
+	return out
+}
+
+// pspAdmin changes the simulator's faults. PUT /admin/faults replaces all
+// settings, so every change reads the current ones (with one-shot counters
+// as consumed so far) and writes them back with the change applied.
+type pspAdmin struct {
+	url string
+	hc  *http.Client
+	mu  sync.Mutex
+}
+
+func (a *pspAdmin) update(ctx context.Context, change func(*pspsim.Faults)) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var f pspsim.Faults
+	if err := getJSON(ctx, a.hc, a.url+"/admin/faults", &f); err != nil {
+		return fmt.Errorf("read provider faults: %w", err)
+	}
+	change(&f)
+	body, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, a.url+"/admin/faults", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := a.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("set provider faults: %w", err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("set provider faults: %d %s", res.StatusCode, raw)
+	}
+	return nil
+}
+
+// reset clears every provider fault (the settle phase).
+func (a *pspAdmin) reset(ctx context.Context) error {
+	return a.update(ctx, func(f *pspsim.Faults) { *f = pspsim.Faults{} })
+}
+
+// deliveries returns the simulator's webhook delivery counters.
+func (a *pspAdmin) deliveries(ctx context.Context) (pspsim.DeliveryStats, error) {
+	var d pspsim.DeliveryStats
+	err := getJSON(ctx, a.hc, a.url+"/admin/deliveries", &d)
+	return d, err
+}
+
+// replayAge is how old an event must be for its replay to pass the
+// broker's duplicate window (JetStream's default is two minutes).
+const replayAge = 150 * time.Second
+
+// executor runs the schedule's steps, one after the other, as the load
+// reaches them.
+type executor struct {
+	stack  *stack
+	db     *pgxpool.Pool
+	psp    *pspAdmin
+	faults *faultCounts
+	logf   func(format string, args ...any)
+}
+
+// run executes steps until the channel closes. A step that fails is
+// logged, and what it broke is repaired, so the run goes on.
+func (e *executor) run(ctx context.Context, steps <-chan Step) {
+	for st := range steps {
+		if ctx.Err() != nil {
+			continue // drain
+		}
+		if err := e.exec(ctx, st); err != nil && ctx.Err() == nil {
+			e.logf("chaos: step %s at intent %d: %v", st.Kind, st.At, err)
+			if err := e.stack.ensureUp(ctx); err != nil {
+				e.logf("chaos: restart after failed step: %v", err)
+			}
+		}
+	}
+}
+
+func (e *executor) exec(ctx context.Context, st Step) error {
+	switch st.Kind {
+	case StepKillAPI:
+		e.stack.killAPI(st.Target)
+		e.faults.add(APIKilled, 1)
+		return e.stack.restartAPI(ctx, st.Target, st.Down)
+	case StepTerminatePG:
+		var n int
+		err := e.db.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'oncepay' AND datname = current_database()`).Scan(&n)
+		e.faults.add(BackendsTerminated, n)
+		return err
+	case StepProviderFail:
+		return e.psp.update(ctx, func(f *pspsim.Faults) { f.FailNext += st.N })
+	case StepProviderDrop:
+		return e.psp.update(ctx, func(f *pspsim.Faults) { f.DropNext += st.N })
+	case StepProviderTimeout:
+		return e.psp.update(ctx, func(f *pspsim.Faults) { f.TimeoutNext += st.N })
+	case StepProviderRates:
+		return e.psp.update(ctx, func(f *pspsim.Faults) {
+			f.FailRate, f.DropRate = 0, 0
+			if st.N > 0 {
+				f.FailRate, f.DropRate = 0.15, 0.05*float64(st.N)
+			}
+		})
+	case StepWebhookDup:
+		return e.psp.update(ctx, func(f *pspsim.Faults) { f.WebhookDuplicates = st.N })
+	case StepWebhookReorder:
+		if st.N > 0 {
+			e.faults.add(WebhookReordered, 1)
+		}
+		return e.psp.update(ctx, func(f *pspsim.Faults) { f.WebhookReorder = st.N > 0 })
+	case StepKillDispatcher:
+		return e.killDispatcher(ctx, st.Down)
+	case StepKillRecorder:
+		return e.killRecorder(ctx, st.Down)
+	case StepKillBroker:
+		e.stack.killNATS()
+		e.faults.add(BrokerKilled, 1)
+		return e.stack.restartNATS(ctx, st.Down)
+	case StepReplay:
+		return e.replay(ctx, st.Pick)
+	}
+	return fmt.Errorf("unknown step %q", st.Kind)
+}
+
+// A trap catches an API process in the middle of a write and kills it
+// there. It holds row locks (taken with lock, SKIP LOCKED, in a transaction
+// of the observer) on rows the process is about to update; the process's
+// UPDATE then waits on those locks, visible in pg_stat_activity with the
+// client port of its connection, which names the API process (through
+// /proc). That process is SIGKILLed while it waits, and only then are the
+// locks released: its write never commits.
+type trap struct {
+	// lock selects and locks the rows, e.g. "SELECT id FROM payments WHERE
+	// status = 'pending' FOR UPDATE SKIP LOCKED".
+	lock string
+	// waiting matches (LIKE) the query text of the blocked UPDATE; sqlc puts
+	// the query's name in it ("-- name: PaymentSucceed :one").
+	waiting []string
+}
+
+// The traps of the schedule.
+var (
+	// markTrap: events a dispatcher has claimed (leased) and so is
+	// publishing, not yet marked; its mark, UPDATE ... SET published_at,
+	// waits (drill 6).
+	markTrap = trap{
+		lock: `SELECT id FROM outbox_events
+			WHERE published_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()
+			FOR UPDATE SKIP LOCKED`,
+		waiting: []string{"%SET published_at%"},
+	}
+	// recordTrap: pending payments and refunds; the provider has answered
+	// and phase 2 (or the webhook worker) records the outcome (drill 7).
+	recordTrap = trap{
+		lock:    `SELECT id FROM payments WHERE status = 'pending' FOR UPDATE SKIP LOCKED`,
+		waiting: []string{"%name: PaymentSucceed %", "%name: PaymentFail %"},
+	}
+	refundRecordTrap = trap{
+		lock:    `SELECT id FROM refunds WHERE status = 'pending' FOR UPDATE SKIP LOCKED`,
+		waiting: []string{"%name: RefundSucceed %", "%name: RefundFail %"},
+	}
+)
+
+// spring tries traps for at most 15 seconds (each try holds the locks for
+// at most 1.5 seconds, below the APIs' 2-second lock timeout) and returns
+// the killed API's index, or -1 with whether any locks were held at all.
+func (e *executor) spring(ctx context.Context, traps ...trap) (victim int, held bool, err error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		victim, n, err := e.catch(ctx, traps[i%len(traps)])
+		if err != nil || victim >= 0 {
+			return victim, true, err
+		}
+		held = held || n > 0
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			return -1, held, err
+		}
+	}
+	return -1, held, ctx.Err()
+}
+
+// catch is one try of a trap. It returns the killed API's index (or -1)
+// and how many rows it held locked.
+func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err error) {
+	victim = -1
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		return victim, 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, t.lock)
+	if err != nil {
+		return victim, 0, err
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[any])
+	if err != nil || len(locked) == 0 {
+		return victim, 0, err
+	}
+	held = len(locked)
+	until := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(until) {
+		ports, err := waiters(ctx, e.db, t.waiting)
+		if err != nil {
+			return victim, held, err
+		}
+		for _, port := range ports {
+			for i := range e.stack.apis {
+				p := e.stack.api(i)
+				if !p.alive() {
+					continue
+				}
+				owns, err := ownsLocalPort(p.cmd.Process.Pid, port)
+				if err != nil {
+					return victim, held, err
+				}
+				if owns {
+					e.stack.killAPI(i) // returns once the process is gone
+					return i, held, nil
+				}
+			}
+		}
+		if err := pause(ctx, 10*time.Millisecond); err != nil {
+			return victim, held, err
+		}
+	}
+	return victim, held, nil
+}
+
+// waiters returns the client ports of the APIs' connections whose query
+// matches one of the patterns and waits on a lock.
+func waiters(ctx context.Context, db *pgxpool.Pool, patterns []string) ([]int, error) {
+	rows, err := db.Query(ctx, `SELECT client_port FROM pg_stat_activity
+		WHERE application_name = 'oncepay' AND datname = current_database()
+		  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
+// killDispatcher kills an API process exactly between its dispatcher's
+// publish and its mark (markTrap). When no mark could be caught in the act,
+// a mark that waited out its lock timeout counts as failed: the same
+// at-least-once path, without the crash.
+func (e *executor) killDispatcher(ctx context.Context, down time.Duration) error {
+	victim, held, err := e.spring(ctx, markTrap)
+	switch {
+	case err != nil:
+		return err
+	case victim >= 0:
+		e.faults.add(DispatcherKilled, 1)
+		e.logf("chaos: killed api-%d between its dispatcher's publish and mark", victim)
+		return e.stack.restartAPI(ctx, victim, down)
+	case held:
+		e.faults.add(MarkBlocked, 1)
+		return nil
+	}
+	return fmt.Errorf("no dispatcher batch caught between publish and mark within 15s")
+}
+
+// killRecorder kills an API process after the provider charged or
+// refunded and before it recorded the outcome (recordTrap,
+// refundRecordTrap): the crash of drill 7, every time.
+func (e *executor) killRecorder(ctx context.Context, down time.Duration) error {
+	victim, _, err := e.spring(ctx, recordTrap, refundRecordTrap)
+	switch {
+	case err != nil:
+		return err
+	case victim >= 0:
+		e.faults.add(RecorderKilled, 1)
+		e.logf("chaos: killed api-%d after the provider answered, before it recorded the outcome", victim)
+		return e.stack.restartAPI(ctx, victim, down)
+	}
+	return fmt.Errorf("no API caught recording a provider outcome within 15s")
+}
+
+// replay runs the operator's `api outbox replay <event-id>` on a published
+// payment.succeeded or refund.succeeded event chosen by pick. It prefers
+// events published more than replayAge ago: JetStream drops a message id it
+// saw within its duplicate window (two minutes by default), so only an older
+// event reaches the consumers again and tests their inbox.
+func (e *executor) replay(ctx context.Context, pick uint64) error {
+	var id string
+	for _, age := range []time.Duration{replayAge, 0} {
+		where := `FROM outbox_events WHERE event_type IN ('payment.succeeded', 'refund.succeeded')
+			AND published_at IS NOT NULL AND published_at < now() - make_interval(secs => $1)`
+		var n int64
+		if err := e.db.QueryRow(ctx, `SELECT count(*) `+where, age.Seconds()).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		if err := e.db.QueryRow(ctx, `SELECT id::text `+where+` ORDER BY seq OFFSET $2 LIMIT 1`, age.Seconds(), int64(pick%uint64(n))).Scan(&id); err != nil {
+			return err
+		}
+		break
+	}
+	if id == "" {
+		return nil // nothing published yet: nothing to replay
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.stack.bin.API, "outbox", "replay", id)
+	cmd.Env = append(baseEnv(), "DATABASE_URL="+e.stack.dbURL, "NATS_URL="+e.stack.natsURL, "LOG_LEVEL=warn")
+	cmd.Dir = e.stack.dir
+	cmd.SysProcAttr = procAttr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("api outbox replay %s: %w\n%s", id, err, out)
+	}
+	e.faults.add(OperatorReplayed, 1)
+	return nil
+}

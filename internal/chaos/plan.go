@@ -1,0 +1,328 @@
+package chaos
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// FaultKind names one kind of injected fault; the report counts each.
+type FaultKind string
+
+// The faults a run injects. The comment says what each one tests.
+const (
+	// ResponseDropped: the proxy forwards a POST, the API commits and
+	// answers, and the proxy closes the client's connection (RST) instead of
+	// relaying the answer (drill 1). The client's retry must get the stored
+	// answer, never a second effect.
+	ResponseDropped FaultKind = "response_dropped"
+	// ConnectionReset: the proxy resets the client's connection before the
+	// request reaches any API. The retry is the first execution.
+	ConnectionReset FaultKind = "connection_reset"
+	// APIKilled: SIGKILL of one API process mid-load and its restart on the
+	// same port. Requests in flight are cut (the proxy answers 502), pending
+	// claims stay leased until a retry or the recoverer takes them over
+	// (drill 7 for real).
+	APIKilled FaultKind = "api_killed"
+	// BackendsTerminated: pg_terminate_backend on every connection of the
+	// APIs (application_name = 'oncepay'): transactions in flight abort, the
+	// pools reconnect. Counted per terminated backend.
+	BackendsTerminated FaultKind = "pg_backend_terminated"
+	// RecorderKilled: the API process that is recording a provider's answer
+	// (phase 2 of a payment or refund, or the webhook worker applying it) is
+	// SIGKILLed right there: the money moved and we have no record of it yet
+	// (drill 7, caught in the act instead of by chance). A retry, the other
+	// process's recoverer or the webhook must find the charge by reference.
+	RecorderKilled FaultKind = "api_killed_after_provider_call"
+	// ProviderFailed: the provider answers 503 before charging
+	// (fail_next and fail_rate): an unknown outcome, retried with the same
+	// provider key.
+	ProviderFailed FaultKind = "provider_5xx"
+	// ProviderTimedOut: the provider charges and then hangs until our call
+	// times out (timeout_next): the outcome is unknown but the money moved.
+	ProviderTimedOut FaultKind = "provider_timeout"
+	// ProviderDropped: the provider charges and drops the connection
+	// unanswered (drop_next and drop_rate): charge-then-drop.
+	ProviderDropped FaultKind = "provider_charge_then_drop"
+	// WebhookDuplicated: the provider delivers a webhook again with the same
+	// delivery id (drill 5). Counted per extra delivery.
+	WebhookDuplicated FaultKind = "webhook_duplicated"
+	// WebhookReordered: the provider delivers the webhooks of one batch
+	// window in reverse order. Counted per window.
+	WebhookReordered FaultKind = "webhook_reorder_window"
+	// DispatcherKilled: the API process whose outbox dispatcher published a
+	// batch and is waiting to mark it published is SIGKILLed right there
+	// (drill 6): the events are published again after the lease and the
+	// consumers' inbox absorbs the duplicates.
+	DispatcherKilled FaultKind = "dispatcher_killed_between_publish_and_mark"
+	// MarkBlocked: a dispatcher's mark was held up past its lock timeout
+	// (when no process could be caught to kill): the mark fails, which the
+	// outbox treats exactly like a crash.
+	MarkBlocked FaultKind = "dispatcher_mark_failed"
+	// BrokerKilled: SIGKILL of the nats-server and its restart on the same
+	// port and store: publishes fail meanwhile, consumers reconnect.
+	BrokerKilled FaultKind = "broker_killed"
+	// OperatorReplayed: `api outbox replay <event-id>` of a published event:
+	// the consumers get it again and must ignore it (rule 8).
+	OperatorReplayed FaultKind = "operator_replay"
+)
+
+// FaultKinds lists every fault, in report order.
+var FaultKinds = []FaultKind{
+	ResponseDropped, ConnectionReset, APIKilled, RecorderKilled, BackendsTerminated, ProviderFailed, ProviderTimedOut,
+	ProviderDropped, WebhookDuplicated, WebhookReordered, DispatcherKilled, MarkBlocked, BrokerKilled, OperatorReplayed,
+}
+
+// needsOutbox reports whether a fault kind exists only with the outbox
+// dispatcher and the broker.
+func needsOutbox(k FaultKind) bool {
+	return k == DispatcherKilled || k == MarkBlocked || k == BrokerKilled || k == OperatorReplayed
+}
+
+// StepKind names one timed action of the schedule.
+type StepKind string
+
+// The actions of the schedule's timeline.
+const (
+	StepKillAPI         StepKind = "kill_api"
+	StepTerminatePG     StepKind = "pg_terminate_backend"
+	StepProviderFail    StepKind = "provider_fail_next"
+	StepProviderTimeout StepKind = "provider_timeout_next"
+	StepProviderDrop    StepKind = "provider_drop_next"
+	StepProviderRates   StepKind = "provider_rates"
+	StepWebhookDup      StepKind = "webhook_duplicates"
+	StepWebhookReorder  StepKind = "webhook_reorder"
+	StepKillRecorder    StepKind = "kill_recorder"
+	StepKillDispatcher  StepKind = "kill_dispatcher"
+	StepKillBroker      StepKind = "kill_broker"
+	StepReplay          StepKind = "operator_replay"
+)
+
+// Step is one action of the timeline. It fires when intent At starts.
+type Step struct {
+	At   int      `json:"at"`
+	Kind StepKind `json:"kind"`
+	// Target is the API process (0 or 1) a kill hits.
+	Target int `json:"target,omitempty"`
+	// N is the count of a one-shot provider fault or of webhook duplicates;
+	// for a window, 0 turns it off.
+	N int `json:"n,omitempty"`
+	// Down is how long a killed process stays dead before its restart.
+	Down time.Duration `json:"down,omitempty"`
+	// Pick chooses among candidates (the event an operator replays).
+	Pick uint64 `json:"pick,omitempty"`
+}
+
+// ProxyFault is what the proxy does to one HTTP attempt.
+type ProxyFault string
+
+// Proxy faults.
+const (
+	ProxyPass  ProxyFault = ""
+	ProxyDrop  ProxyFault = "drop"
+	ProxyReset ProxyFault = "reset"
+)
+
+// Intent is one customer's business intent: an order, its payment, maybe
+// refunds. Every POST of it has its own key, derived from the seed.
+type Intent struct {
+	Index  int    `json:"index"`
+	Tenant string `json:"tenant"`
+	// Lines are (catalog index, quantity); the catalog is sorted by SKU.
+	Lines [][2]int `json:"lines"`
+	// Method is the first payment method.
+	Method string `json:"method"`
+	// SecondCard pays again with pm_card_ok under a new key after a decline.
+	SecondCard bool `json:"second_card,omitempty"`
+	// DoublePay sends a second payment of the same order under another key,
+	// concurrently: a client that lost track of its key. The order must
+	// still be charged once.
+	DoublePay bool `json:"double_pay,omitempty"`
+	// Refunds are per-mille parts of the order total, one key each.
+	Refunds []int `json:"refunds,omitempty"`
+	// ConcurrentRefunds sends the refunds at the same time.
+	ConcurrentRefunds bool `json:"concurrent_refunds,omitempty"`
+}
+
+// Key returns the idempotency key of one call of the intent, e.g. "pay" or
+// "refund-1".
+func (p *Plan) Key(in Intent, call string) string {
+	return fmt.Sprintf("chaos-%d-%d-%s", p.Seed, in.Index, call)
+}
+
+// Plan is a run's whole schedule: the intents, the timeline of faults, and
+// the proxy's fault for every attempt of every key. NewPlan derives it from
+// the seed alone, so the same seed replays the same schedule.
+type Plan struct {
+	Seed    uint64   `json:"seed"`
+	Intents []Intent `json:"intents"`
+	Steps   []Step   `json:"steps"`
+	// Proxy maps a key to the faults of its attempts (index 0 is the first
+	// attempt); attempts beyond the slice pass.
+	Proxy map[string][]ProxyFault `json:"proxy"`
+}
+
+// PlanOptions shape NewPlan.
+type PlanOptions struct {
+	Intents int
+	// Outbox adds the dispatcher, broker and replay faults.
+	Outbox bool
+	// ProxyRate is the share of calls whose first attempt the proxy breaks
+	// (half dropped after commit, half reset); a tenth of those are broken
+	// on the second attempt too.
+	ProxyRate float64
+	// CrashEvery is the number of intents per process crash (an API killed
+	// at a random moment, or caught recording a provider outcome); at least
+	// three crashes happen. Zero or less: no process crashes at all.
+	CrashEvery int
+}
+
+// Tenants are the demo tenants the intents belong to, with their API keys.
+var Tenants = map[string]string{"acme": "sk_test_acme", "globex": "sk_test_globex"}
+
+// NewPlan derives the schedule from seed. Every number in it comes from
+// PCG streams keyed by the seed, and every intent from a stream of its own,
+// so the schedule does not depend on timing.
+func NewPlan(seed uint64, o PlanOptions) *Plan {
+	n := max(o.Intents, 1)
+	p := &Plan{Seed: seed, Proxy: map[string][]ProxyFault{}}
+	for i := range n {
+		r := rand.New(rand.NewPCG(seed, uint64(i)+1))
+		in := Intent{Index: i, Tenant: "acme"}
+		if r.IntN(2) == 1 {
+			in.Tenant = "globex"
+		}
+		lines := 1 + r.IntN(3)
+		for _, c := range r.Perm(6)[:lines] {
+			in.Lines = append(in.Lines, [2]int{c, 1 + r.IntN(3)})
+		}
+		switch x := r.IntN(100); {
+		case x < 85:
+			in.Method = "pm_card_ok"
+			in.DoublePay = r.IntN(100) < 5
+		case x < 95:
+			in.Method = "pm_card_declined"
+		default:
+			in.Method = "pm_card_insufficient_funds"
+		}
+		if in.Method != "pm_card_ok" {
+			in.SecondCard = r.IntN(10) < 7
+		}
+		if r.IntN(4) == 0 {
+			in.Refunds = [][]int{{1000}, {500}, {300, 300}, {600, 600}, {250}}[r.IntN(5)]
+			in.ConcurrentRefunds = len(in.Refunds) > 1 && r.IntN(2) == 0
+		}
+		p.Intents = append(p.Intents, in)
+		for _, call := range p.calls(in) {
+			if r.Float64() >= o.ProxyRate {
+				continue
+			}
+			f := ProxyDrop
+			if r.IntN(2) == 0 {
+				f = ProxyReset
+			}
+			faults := []ProxyFault{f}
+			if r.IntN(10) == 0 {
+				faults = append(faults, ProxyDrop)
+			}
+			p.Proxy[p.Key(in, call)] = faults
+		}
+	}
+	p.Steps = timeline(rand.New(rand.NewPCG(seed, 0)), n, o)
+	return p
+}
+
+// calls lists the call names of an intent that may be sent.
+func (p *Plan) calls(in Intent) []string {
+	out := []string{"order", "pay"}
+	if in.SecondCard {
+		out = append(out, "pay-2")
+	}
+	if in.DoublePay {
+		out = append(out, "pay-dup")
+	}
+	for i := range in.Refunds {
+		out = append(out, fmt.Sprintf("refund-%d", i+1))
+	}
+	return out
+}
+
+// timeline spreads the timed faults over the run: each kind a number of
+// times that grows with the run, at least once, between 5% and 90% of the
+// intents (process crashes before 80%, so that the last restart happens
+// while the load still runs).
+func timeline(r *rand.Rand, n int, o PlanOptions) []Step {
+	var steps []Step
+	at := func() int { return n/20 + r.IntN(max(1, n*85/100)) }
+	early := func() int { return n/20 + r.IntN(max(1, n*75/100)) }
+	times := func(per, least int) int { return max(least, n/per) }
+	if o.CrashEvery > 0 {
+		// Both APIs are killed at least once, then crashes alternate between
+		// a kill at a random moment and a kill caught recording a provider
+		// outcome.
+		kills := 0
+		for i := range max(3, n/o.CrashEvery) {
+			if i < 2 || i%2 == 1 {
+				steps = append(steps, Step{At: early(), Kind: StepKillAPI, Target: kills % 2, Down: time.Duration(200+r.IntN(1800)) * time.Millisecond})
+				kills++
+			} else {
+				steps = append(steps, Step{At: early(), Kind: StepKillRecorder, Down: time.Duration(200+r.IntN(800)) * time.Millisecond})
+			}
+		}
+	}
+	for range times(400, 1) {
+		steps = append(steps, Step{At: at(), Kind: StepTerminatePG})
+	}
+	for range times(200, 1) {
+		steps = append(steps, Step{At: at(), Kind: StepProviderFail, N: 1 + r.IntN(3)})
+		steps = append(steps, Step{At: at(), Kind: StepProviderDrop, N: 1 + r.IntN(2)})
+	}
+	for range times(400, 1) {
+		steps = append(steps, Step{At: at(), Kind: StepProviderTimeout, N: 1})
+	}
+	window := max(5, n/50)
+	for _, k := range []StepKind{StepProviderRates, StepWebhookDup, StepWebhookReorder} {
+		for range times(1500, 1) {
+			start := at()
+			steps = append(steps, Step{At: start, Kind: k, N: 1 + r.IntN(2)}, Step{At: start + window, Kind: k})
+		}
+	}
+	if o.Outbox {
+		for range times(1000, 1) {
+			steps = append(steps, Step{At: early(), Kind: StepKillDispatcher, Down: time.Duration(200+r.IntN(800)) * time.Millisecond})
+		}
+		for range times(2500, 1) {
+			steps = append(steps, Step{At: early(), Kind: StepKillBroker, Down: time.Duration(200+r.IntN(1800)) * time.Millisecond})
+		}
+		for range times(200, 2) {
+			steps = append(steps, Step{At: at(), Kind: StepReplay, Pick: r.Uint64()})
+		}
+	}
+	// Stable order: by position, then as generated.
+	slices.SortStableFunc(steps, func(a, b Step) int { return a.At - b.At })
+	return steps
+}
+
+// Hash names the schedule: two runs with the same hash ran the same
+// schedule.
+func (p *Plan) Hash() string {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return "unhashable: " + err.Error()
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}
+
+// proxyFault returns what the proxy does to attempt (0-based) of key.
+func (p *Plan) proxyFault(key string, attempt int) ProxyFault {
+	f := p.Proxy[key]
+	if attempt < len(f) {
+		return f[attempt]
+	}
+	return ProxyPass
+}

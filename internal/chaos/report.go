@@ -1,0 +1,100 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// maxListed bounds the violations listed per kind; the rest are counted.
+const maxListed = 20
+
+// Print writes the report for a person: what ran, what was injected, what
+// was checked, and every violation (up to maxListed per kind).
+func (rep *Report) Print(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("oncepay chaos run")
+	p("  seed %d (schedule %s), %d intents, %d concurrent clients, race detector %v", rep.Seed, rep.PlanHash, rep.Intents, rep.Concurrency, rep.Race)
+	p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s", map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
+	crashes := "off"
+	if rep.CrashEvery > 0 {
+		crashes = fmt.Sprintf("one per %d intents", rep.CrashEvery)
+	}
+	p("  process crashes %s; IDEMPOTENCY_LEASE %v; client attempts per call %d", crashes, rep.Lease, rep.ClientAttempts)
+	p("  outbox: %s", rep.OutboxNote)
+	p("  time: load %v, settle %v, total %v", rep.Load.Round(time.Second), rep.Settle.Round(time.Second), rep.Total.Round(time.Second))
+	p("  work dir: %s", rep.WorkDir)
+	if rep.Unsettled != "" {
+		p("  NOT SETTLED when settling stopped: %s", rep.Unsettled)
+	}
+	p("load")
+	p("  calls: %d orders, %d payments, %d refunds; HTTP attempts %d; client retries %d; replayed answers %d; resumed after settling %d",
+		rep.Calls[OpOrder], rep.Calls[OpPay], rep.Calls[OpRefund], rep.Attempts, rep.Retries, rep.Replayed, rep.Resumed)
+	p("  proxy: %d requests, %d cut by a dying API (502), %d with no API up (503)", rep.Proxy.Requests, rep.Proxy.Cut, rep.Proxy.NoBackend)
+	p("  provider: %d charges in the ledger; webhooks: %d events, %d delivered, %d abandoned, %d attempts",
+		rep.Charges, rep.Webhooks.Events, rep.Webhooks.Delivered, rep.Webhooks.Abandoned, rep.Webhooks.Attempts)
+	p("  provider key retention %v (ours: 45 days)", rep.KeyRetention)
+	p("recovery paths seen in the API logs")
+	for _, path := range apiPaths {
+		p("  %-45s %d", path[1], rep.Paths[path[1]])
+	}
+	p("faults injected")
+	for _, k := range FaultKinds {
+		if needsOutbox(k) && !rep.Features.Dispatcher {
+			p("  %-45s n/a (no outbox)", k)
+			continue
+		}
+		p("  %-45s %d", k, rep.Faults[k])
+	}
+	p("invariants")
+	for _, k := range Kinds {
+		p("  %-45s %d", k, rep.ByKind[k])
+	}
+	for _, k := range Kinds {
+		listed := 0
+		for _, v := range rep.Violations {
+			if v.Kind != k {
+				continue
+			}
+			if listed == maxListed {
+				p("  ... and %d more %s", rep.ByKind[k]-maxListed, k)
+				break
+			}
+			p("  VIOLATION %s", v)
+			listed++
+		}
+	}
+	if len(rep.Violations) == 0 {
+		p("result: PASS: 0 violations")
+		return
+	}
+	p("result: FAIL: %d violations (replay: --seed %d --intents %d)", len(rep.Violations), rep.Seed, rep.Intents)
+}
+
+// MissingFaults lists the fault kinds the run should have injected (every
+// kind; the outbox kinds only with the outbox) but did not.
+func (rep *Report) MissingFaults() []FaultKind {
+	var out []FaultKind
+	for _, k := range FaultKinds {
+		if needsOutbox(k) && !rep.Features.Dispatcher {
+			continue
+		}
+		if k == MarkBlocked {
+			continue // the fallback of DispatcherKilled, not a fault of its own
+		}
+		if rep.Faults[k] == 0 {
+			out = append(out, k)
+		}
+	}
+	return slices.Clip(out)
+}
+
+// WriteJSON writes the report (without the history, which history.json in
+// the work folder holds) as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}

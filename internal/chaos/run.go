@@ -1,0 +1,510 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Outbox modes of Config.Outbox.
+const (
+	OutboxAuto = "auto"
+	OutboxOn   = "on"
+	OutboxOff  = "off"
+)
+
+// Config describes one run.
+type Config struct {
+	// Seed determines the schedule: the intents, the faults, their order.
+	Seed uint64
+	// Intents is the number of order+pay intents.
+	Intents int
+	// Concurrency is the number of concurrent clients (default 16).
+	Concurrency int
+	// RepoDir is the module root the binaries are built from.
+	RepoDir string
+	// WorkDir receives the binaries, every process's log, the broker's
+	// store, plan.json and history.json.
+	WorkDir string
+	// DatabaseURL names a fresh, empty (or freshly migrated) database the
+	// run owns: the invariants read all of it.
+	DatabaseURL string
+	// Race builds the processes with the race detector; a data race they
+	// report is a violation.
+	Race bool
+	// Outbox is OutboxAuto (default: on when the API binary has the `api
+	// outbox` commands), OutboxOn or OutboxOff. On runs a nats-server,
+	// injects the dispatcher, broker and replay faults and checks the
+	// publishing and fulfillment invariants.
+	Outbox string
+	// ProxyRate is the share of calls whose first attempt the proxy breaks
+	// (default 0.1).
+	ProxyRate float64
+	// CrashEvery is the number of intents per process crash (default 400,
+	// about one every ten seconds here); negative turns crashes off.
+	CrashEvery int
+	// Lease is the APIs' IDEMPOTENCY_LEASE (default 6s; the service's own
+	// default is 30s).
+	Lease time.Duration
+	// ClientAttempts bounds each call's HTTP attempts (default 10; the Go
+	// client's own default is 5).
+	ClientAttempts int
+	// IntentBudget bounds one intent, retries included (default 2m).
+	IntentBudget time.Duration
+	// ProviderKeyRetention is how long the provider simulator remembers an
+	// idempotency key (default 5s, where Stripe keeps 24h): every resumed
+	// attempt meets a provider that has forgotten its key and must find its
+	// charge by reference (rule 5: our horizon, not the provider's).
+	ProviderKeyRetention time.Duration
+	// SettleTimeout bounds each settle phase (default 3m).
+	SettleTimeout time.Duration
+	// Logf receives progress lines (default: none).
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) defaults() error {
+	if c.Intents <= 0 {
+		return errors.New("chaos: Intents must be positive")
+	}
+	if c.RepoDir == "" || c.WorkDir == "" || c.DatabaseURL == "" {
+		return errors.New("chaos: RepoDir, WorkDir and DatabaseURL are required")
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.Outbox == "" {
+		c.Outbox = OutboxAuto
+	}
+	if c.Outbox != OutboxAuto && c.Outbox != OutboxOn && c.Outbox != OutboxOff {
+		return fmt.Errorf("chaos: Outbox %q: want auto, on or off", c.Outbox)
+	}
+	if c.ProxyRate == 0 {
+		c.ProxyRate = 0.1
+	}
+	if c.CrashEvery == 0 {
+		c.CrashEvery = 400
+	}
+	if c.Lease <= 0 {
+		c.Lease = 6 * time.Second
+	}
+	if c.ClientAttempts <= 0 {
+		c.ClientAttempts = 10
+	}
+	if c.IntentBudget <= 0 {
+		c.IntentBudget = 2 * time.Minute
+	}
+	if c.ProviderKeyRetention <= 0 {
+		c.ProviderKeyRetention = 5 * time.Second
+	}
+	if c.SettleTimeout <= 0 {
+		c.SettleTimeout = 3 * time.Minute
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// Report is the result of a run. Violations must be empty.
+type Report struct {
+	Seed        uint64 `json:"seed"`
+	PlanHash    string `json:"plan_hash"`
+	Intents     int    `json:"intents"`
+	Concurrency int    `json:"concurrency"`
+	Race        bool   `json:"race"`
+	// CrashEvery, Lease and ClientAttempts are the run's settings.
+	CrashEvery     int           `json:"crash_every"`
+	Lease          time.Duration `json:"lease"`
+	ClientAttempts int           `json:"client_attempts"`
+	// OutboxNote says why the outbox faults were (not) injected.
+	OutboxNote string            `json:"outbox_note"`
+	Features   Features          `json:"features"`
+	Faults     map[FaultKind]int `json:"faults"`
+	Calls      map[string]int    `json:"calls"`
+	Attempts   int64             `json:"attempts"`
+	Retries    int64             `json:"retries"`
+	Replayed   int64             `json:"replayed"`
+	Resumed    int               `json:"resumed"`
+	Proxy      ProxyStats        `json:"proxy"`
+	Webhooks   WebhookStats      `json:"webhooks"`
+	Charges    int               `json:"charges"`
+	Load       time.Duration     `json:"load"`
+	Settle     time.Duration     `json:"settle"`
+	Total      time.Duration     `json:"total"`
+	Unsettled  string            `json:"unsettled,omitempty"`
+	Violations []Violation       `json:"violations"`
+	ByKind     map[Kind]int      `json:"by_kind"`
+	Steps      map[StepKind]int  `json:"steps"`
+	// Paths counts API log lines that show recovery paths at work.
+	Paths map[string]int `json:"paths"`
+	// KeyRetention is the provider's key retention during the run.
+	KeyRetention time.Duration `json:"key_retention"`
+	WorkDir      string        `json:"work_dir"`
+	History      *History      `json:"-"`
+	Plan         *Plan         `json:"-"`
+}
+
+// WebhookStats are the provider's webhook deliveries.
+type WebhookStats struct {
+	Events, Delivered, Abandoned, Attempts int
+}
+
+// Run builds the binaries, starts the stack, drives the load through the
+// schedule's faults, lets the system settle, checks the invariants and
+// stops everything it started, also on failure. The error is for a run that
+// could not be carried out (a build failed, a process did not start); broken
+// invariants are Report.Violations.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	logf := cfg.Logf
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	// The nats-server is only built when needed, and the need is known
+	// only from the API binary: build that first.
+	bin, err := Build(ctx, cfg.RepoDir, cfg.WorkDir, cfg.Race, false)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Seed: cfg.Seed, Intents: cfg.Intents, Concurrency: cfg.Concurrency, Race: cfg.Race, WorkDir: cfg.WorkDir,
+		CrashEvery: cfg.CrashEvery, Lease: cfg.Lease, ClientAttempts: cfg.ClientAttempts}
+	outbox := cfg.Outbox == OutboxOn
+	switch cfg.Outbox {
+	case OutboxAuto:
+		outbox = HasOutbox(ctx, bin.API)
+		rep.OutboxNote = "auto: the API binary has no `api outbox` commands, so no dispatcher or consumer runs"
+		if outbox {
+			rep.OutboxNote = "auto: the API binary has `api outbox` commands"
+		}
+	case OutboxOn:
+		rep.OutboxNote = "on (forced)"
+	default:
+		rep.OutboxNote = "off (forced)"
+	}
+	if outbox {
+		if bin, err = Build(ctx, cfg.RepoDir, cfg.WorkDir, cfg.Race, true); err != nil {
+			return nil, err
+		}
+	}
+	rep.Features = Features{Dispatcher: outbox, Fulfillment: outbox}
+	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery})
+	rep.Plan, rep.PlanHash = plan, plan.Hash()
+	if err := writeJSON(filepath.Join(cfg.WorkDir, "plan.json"), plan); err != nil {
+		return nil, err
+	}
+	logf("chaos: seed %d, schedule %s, %d intents, %d timed faults, outbox %v; work dir %s",
+		cfg.Seed, rep.PlanHash, cfg.Intents, len(plan.Steps), outbox, cfg.WorkDir)
+
+	db, err := openDB(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	st, err := startStack(ctx, bin, cfg.WorkDir, cfg.DatabaseURL, cfg.Seed, outbox, cfg.ProviderKeyRetention, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	defer st.stop()
+	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{},
+		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second}}}
+	if err := r.run(ctx); err != nil {
+		return rep, err
+	}
+	rep.Total = time.Since(began)
+	return rep, nil
+}
+
+// runner holds one run's parts.
+type runner struct {
+	cfg    Config
+	plan   *Plan
+	db     *pgxpool.Pool
+	stack  *stack
+	psp    *pspAdmin
+	proxy  *Proxy
+	driver *driver
+	faults *faultCounts
+	stats  loadStats
+	rep    *Report
+}
+
+func (r *runner) run(ctx context.Context) error {
+	logf := r.cfg.Logf
+	skus, err := scanAll(ctx, r.db, `SELECT DISTINCT sku FROM products ORDER BY 1`,
+		func(row pgx.Rows) (s string, err error) { return s, row.Scan(&s) })
+	if err != nil {
+		return fmt.Errorf("read the catalog: %w", err)
+	}
+	if len(skus) == 0 {
+		return errors.New("the catalog is empty: the APIs did not seed the demo tenants")
+	}
+	before, err := stock(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	if r.proxy, err = StartProxy(r.plan, r.stack.addrs()); err != nil {
+		return err
+	}
+	defer r.proxy.Close()
+	if r.driver, err = newDriver(r.plan, r.proxy.URL(), skus, r.cfg.IntentBudget, r.cfg.ClientAttempts, r.cfg.Concurrency, &r.stats); err != nil {
+		return err
+	}
+
+	loadBegan := time.Now()
+	outcomes := r.load(ctx)
+	r.rep.Load = time.Since(loadBegan)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("load interrupted: %w", err)
+	}
+	logf("chaos: load done in %v; settling", r.rep.Load.Round(time.Second))
+
+	settleBegan := time.Now()
+	r.proxy.SetFaulty(false)
+	if err := r.psp.reset(ctx); err != nil {
+		return err
+	}
+	if err := r.stack.ensureUp(ctx); err != nil {
+		return err
+	}
+	if _, err := r.settle(ctx); err != nil {
+		return err
+	}
+	r.resume(ctx, outcomes)
+	unsettled, err := r.settle(ctx)
+	if err != nil {
+		return err
+	}
+	r.rep.Settle = time.Since(settleBegan)
+	r.rep.Unsettled = unsettled
+	if unsettled != "" {
+		logf("chaos: not settled: %s", unsettled)
+	}
+
+	h, err := r.snapshot(ctx, before, outcomes)
+	if err != nil {
+		return err
+	}
+	r.finish(ctx, h)
+	return nil
+}
+
+// load runs every intent with Concurrency clients and feeds the schedule's
+// steps to the executor as the intents reach them.
+func (r *runner) load(ctx context.Context) []Outcome {
+	// Two lanes: process kills one after the other (never two processes
+	// down at once), everything else beside them, so that a slow restart
+	// does not hold back the provider's faults.
+	kills := make(chan Step, len(r.plan.Steps))
+	others := make(chan Step, len(r.plan.Steps))
+	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, logf: r.cfg.Logf}
+	var exWG sync.WaitGroup
+	exWG.Go(func() { ex.run(ctx, kills) })
+	exWG.Go(func() { ex.run(ctx, others) })
+	release := func(s Step) {
+		switch s.Kind {
+		case StepKillAPI, StepKillRecorder, StepKillDispatcher, StepKillBroker:
+			kills <- s
+		default:
+			others <- s
+		}
+	}
+
+	outcomes := make([]Outcome, len(r.plan.Intents))
+	intents := make(chan Intent)
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Go(func() {
+			for in := range intents {
+				outcomes[in.Index] = r.driver.run(ctx, in)
+			}
+		})
+	}
+	next, began := 0, time.Now()
+	tenth := max(1, len(r.plan.Intents)/10)
+feed:
+	for i, in := range r.plan.Intents {
+		for next < len(r.plan.Steps) && r.plan.Steps[next].At <= i {
+			release(r.plan.Steps[next])
+			next++
+		}
+		select {
+		case intents <- in:
+		case <-ctx.Done():
+			break feed
+		}
+		if (i+1)%tenth == 0 {
+			r.cfg.Logf("chaos: %d/%d intents started after %v; %d calls, %d retries, faults %v",
+				i+1, len(r.plan.Intents), time.Since(began).Round(time.Second), r.stats.calls.Load(), r.stats.retries.Load(), r.faults.snapshot())
+		}
+	}
+	close(intents)
+	wg.Wait()
+	for ; next < len(r.plan.Steps); next++ {
+		release(r.plan.Steps[next]) // the ends of windows
+	}
+	close(kills)
+	close(others)
+	exWG.Wait()
+	return outcomes
+}
+
+// settle polls until nothing is in flight any more, at most SettleTimeout,
+// and gives up early when nothing moved for settleStall. It returns what was
+// still unsettled when it stopped ("" when settled).
+func (r *runner) settle(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(r.cfg.SettleTimeout)
+	last, moved := "", time.Now()
+	for {
+		what, err := r.inFlight(ctx)
+		if err != nil || what == "" {
+			return what, err
+		}
+		if what != last {
+			last, moved = what, time.Now()
+		}
+		if time.Now().After(deadline) || time.Since(moved) > settleStall {
+			return what, nil
+		}
+		if err := pause(ctx, 250*time.Millisecond); err != nil {
+			return what, err
+		}
+	}
+}
+
+// settleStall is how long settle waits without any progress: longer than
+// every lease and backoff of the system (the outbox's 30s lease above all).
+const settleStall = 75 * time.Second
+
+// inFlight describes the work still under way, "" when there is none.
+func (r *runner) inFlight(ctx context.Context) (string, error) {
+	checks := [][2]string{
+		{"pending payments", `SELECT count(*) FROM payments WHERE status = 'pending'`},
+		{"pending refunds", `SELECT count(*) FROM refunds WHERE status = 'pending'`},
+		{"pending money records", `SELECT count(*) FROM api_idempotency WHERE state = 'pending' AND operation <> 'orders.create'`},
+		{"unprocessed webhooks", `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL`},
+	}
+	if r.rep.Features.Dispatcher {
+		checks = append(checks, [2]string{"unpublished events", `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`})
+	}
+	if r.rep.Features.Fulfillment {
+		checks = append(checks, [2]string{"unconsumed events", `SELECT count(*) FROM outbox_events e
+			WHERE e.event_type IN ('payment.succeeded', 'refund.succeeded') AND NOT EXISTS (
+				SELECT 1 FROM processed_messages m WHERE m.message_id = e.id::text AND m.subscriber = 'fulfillment')`})
+	}
+	var parts []string
+	for _, c := range checks {
+		var n int
+		if err := r.db.QueryRow(ctx, c[1]).Scan(&n); err != nil {
+			return "", fmt.Errorf("%s: %w", c[0], err)
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, c[0]))
+		}
+	}
+	d, err := r.psp.deliveries(ctx)
+	if err != nil {
+		return "", err
+	}
+	if d.Pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d webhooks not delivered", d.Pending))
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+// resume sends every call that got no definite answer again, with its key,
+// one intent's calls in order: a real client resuming its intents.
+func (r *runner) resume(ctx context.Context, outcomes []Outcome) {
+	for i := range outcomes {
+		o := &outcomes[i]
+		for j := range o.Calls {
+			c := &o.Calls[j]
+			if c.Definite() {
+				continue
+			}
+			res := r.driver.resume(ctx, r.plan.Intents[o.Intent], *o, *c)
+			c.Resumed = &res
+			r.rep.Resumed++
+		}
+	}
+}
+
+// snapshot records the History.
+func (r *runner) snapshot(ctx context.Context, before []Stock, outcomes []Outcome) (History, error) {
+	h := History{Features: r.rep.Features, Outcomes: outcomes}
+	var err error
+	if h.DB, err = snapshotDB(ctx, r.db); err != nil {
+		return h, err
+	}
+	h.DB.StockBefore = before
+	if h.Ledger, err = fetchLedger(ctx, r.psp.hc, r.stack.pspURL); err != nil {
+		return h, err
+	}
+	if r.rep.Features.Dispatcher {
+		if h.Stream, err = fetchStream(ctx, r.stack.natsURL); err != nil {
+			return h, err
+		}
+	}
+	h.DataRaces = int(r.stack.races.Load())
+	return h, nil
+}
+
+// finish fills the report from the history and the counters.
+func (r *runner) finish(ctx context.Context, h History) {
+	rep := r.rep
+	rep.History = &h
+	rep.Violations = Check(h)
+	rep.ByKind = map[Kind]int{}
+	for _, v := range rep.Violations {
+		rep.ByKind[v.Kind]++
+	}
+	rep.Calls = map[string]int{}
+	for _, o := range h.Outcomes {
+		for _, c := range o.Calls {
+			rep.Calls[c.Op]++
+		}
+	}
+	rep.Attempts, rep.Retries, rep.Replayed = r.stats.attempts.Load(), r.stats.retries.Load(), r.stats.replayed.Load()
+	rep.Proxy = r.proxy.Stats()
+	rep.Charges = len(h.Ledger.Charges)
+	rep.Steps = map[StepKind]int{}
+	for _, s := range r.plan.Steps {
+		rep.Steps[s.Kind]++
+	}
+	f := r.faults.snapshot()
+	f[ResponseDropped] = int(rep.Proxy.Dropped)
+	f[ConnectionReset] = int(rep.Proxy.Reset)
+	f[ProviderFailed] = int(r.stack.pspLog.failed.Load())
+	f[ProviderDropped] = int(r.stack.pspLog.dropped.Load())
+	f[ProviderTimedOut] = int(r.stack.pspLog.hung.Load())
+	if d, err := r.psp.deliveries(ctx); err == nil {
+		rep.Webhooks = WebhookStats{Events: d.Events, Delivered: d.Succeeded, Abandoned: d.Abandoned, Attempts: d.Attempts}
+		f[WebhookDuplicated] = max(0, d.Succeeded+d.Abandoned+d.Pending-d.Events)
+	}
+	rep.Faults = f
+	rep.Paths = r.stack.apiLog.counts()
+	rep.KeyRetention = r.cfg.ProviderKeyRetention
+	if err := writeJSON(filepath.Join(r.cfg.WorkDir, "history.json"), h); err != nil {
+		r.cfg.Logf("chaos: save history: %v", err)
+	}
+}
+
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}

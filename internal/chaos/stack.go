@@ -1,0 +1,425 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// readyTimeout bounds how long a process may take to start.
+const readyTimeout = 60 * time.Second
+
+// Binaries are the executables a run starts.
+type Binaries struct {
+	API, PSPSim string
+	// NATS is the nats-server; empty without the outbox.
+	NATS string
+}
+
+// Build compiles the API and the simulator of the module in repoDir (and
+// the nats-server when withNATS) into dir. race builds them with the race
+// detector, whose reports Check counts as violations.
+func Build(ctx context.Context, repoDir, dir string, race, withNATS bool) (Binaries, error) {
+	b := Binaries{API: filepath.Join(dir, "api"), PSPSim: filepath.Join(dir, "pspsim")}
+	targets := [][2]string{{b.API, "./cmd/api"}, {b.PSPSim, "./cmd/pspsim"}}
+	if withNATS {
+		b.NATS = filepath.Join(dir, "nats-server")
+		targets = append(targets, [2]string{b.NATS, "github.com/nats-io/nats-server/v2"})
+	}
+	for _, t := range targets {
+		args := []string{"build", "-o", t[0]}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, t[1])...)
+		cmd.Dir = repoDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %w\n%s", t[1], err, out)
+		}
+	}
+	return b, nil
+}
+
+// HasOutbox reports whether the API binary has the outbox operator commands
+// (`api outbox ...`), which arrive with the dispatcher and the consumer.
+func HasOutbox(ctx context.Context, apiBin string) bool {
+	out, _ := exec.CommandContext(ctx, apiBin, "help").CombinedOutput()
+	return bytes.Contains(out, []byte("outbox"))
+}
+
+// stack is the running system under test: the provider simulator, the
+// broker (with the outbox), and two API processes on one database.
+type stack struct {
+	bin    Binaries
+	dir    string
+	dbURL  string
+	secret string
+	seed   uint64
+	races  atomic.Int64
+	outbox bool
+	pspURL string
+	psp    *proc
+	pspLog *pspLog
+	apiLog apiLog
+	// keyRetention is how long the provider remembers idempotency keys.
+	keyRetention time.Duration
+	// lease is the APIs' IDEMPOTENCY_LEASE.
+	lease   time.Duration
+	natsURL string
+	natsDir string
+	natsPrt int
+
+	mu   sync.Mutex
+	nats *proc
+	apis [2]*apiProc
+}
+
+// apiProc is one API process and the fixed address it restarts on.
+type apiProc struct {
+	addr string
+	proc *proc
+}
+
+// apiLog counts log lines of the APIs that show a recovery path at work:
+// evidence that the faults reached the code they are meant for.
+type apiLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// apiPaths are the log messages apiLog counts, with their report names.
+var apiPaths = [][2]string{
+	{`"msg":"provider outcome unknown; attempt stays pending"`, "provider outcome unknown (503 to the client)"},
+	{`"msg":"resumed payment found its charge at the provider"`, "resumed payment found its charge by reference"},
+	{`"msg":"recoverer finished an abandoned attempt"`, "recoverer finished an abandoned attempt"},
+	{`"code":"request_in_progress"`, "409 request_in_progress answered"},
+	{`"msg":"webhook not applied; will retry"`, "webhook not applied, retried"},
+	{`"msg":"webhook names nothing of ours; marked processed"`, "webhook naming nothing of ours"},
+	{`"status":500`, "500 answered"},
+}
+
+func (l *apiLog) watch(line string) {
+	for _, p := range apiPaths {
+		if strings.Contains(line, p[0]) {
+			l.mu.Lock()
+			if l.n == nil {
+				l.n = map[string]int{}
+			}
+			l.n[p[1]]++
+			l.mu.Unlock()
+		}
+	}
+}
+
+func (l *apiLog) counts() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range apiPaths {
+		out[p[1]] = l.n[p[1]]
+	}
+	return out
+}
+
+// pspLog counts the simulator's fault log lines: the faults it really
+// injected, not just the ones armed.
+type pspLog struct {
+	failed, dropped, hung atomic.Int64
+}
+
+func (l *pspLog) watch(line string) {
+	switch {
+	case strings.Contains(line, "fault injected: 503 before processing"):
+		l.failed.Add(1)
+	case strings.Contains(line, "fault injected: dropping connection after processing"):
+		l.dropped.Add(1)
+	case strings.Contains(line, "fault injected: hanging until the client gives up"):
+		l.hung.Add(1)
+	}
+}
+
+// baseEnv is the environment every child starts from: only what a process
+// needs to run, so that nothing of the caller's configuration (a NATS_URL, an
+// HTTP_ADDR) leaks into the system under test.
+func baseEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG", "GORACE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// freePort returns a loopback port that was free a moment ago. A process
+// that must come back on the same port after a kill needs a fixed one.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// webhookSecret returns a fresh Standard Webhooks secret.
+func webhookSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return "whsec_" + base64.StdEncoding.EncodeToString(b)
+}
+
+// startStack starts the simulator, the broker (with outbox) and both APIs.
+// On error everything already started is stopped.
+func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox bool, keyRetention, lease time.Duration) (s *stack, err error) {
+	s = &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	for i := range s.apis {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.apis[i] = &apiProc{addr: "127.0.0.1:" + strconv.Itoa(port)}
+	}
+	if err := s.startPSP(ctx); err != nil {
+		return nil, err
+	}
+	if outbox {
+		if s.natsPrt, err = freePort(); err != nil {
+			return nil, err
+		}
+		s.natsDir = filepath.Join(dir, "nats")
+		s.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", s.natsPrt)
+		if err := s.startNATS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	// One after the other: the first applies migrations and seeds the demo
+	// tenants, the second finds them done.
+	for i := range s.apis {
+		if err := s.startAPI(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *stack) startPSP(ctx context.Context) error {
+	ready, fire := signalOnce()
+	var addr atomic.Value
+	watch := func(line string) {
+		s.pspLog.watch(line)
+		if strings.Contains(line, `"pspsim listening"`) {
+			var l struct {
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Addr != "" {
+				addr.Store(l.Addr)
+				fire()
+			}
+		}
+	}
+	args := []string{
+		"--addr", "127.0.0.1:0",
+		"--webhook-url", "http://" + s.apis[0].addr + "/webhooks/psp",
+		"--webhook-backoff", "250ms",
+		"--webhook-max-attempts", "12",
+		"--seed", strconv.FormatUint(s.seed, 10),
+		"--key-retention", s.keyRetention.String(),
+	}
+	env := append(baseEnv(), "PSP_WEBHOOK_SECRET="+s.secret)
+	p, err := startProc("pspsim", s.bin.PSPSim, args, env, s.dir, &s.races, watch)
+	if err != nil {
+		return err
+	}
+	s.psp = p
+	if err := p.waitReady(ctx, ready, readyTimeout); err != nil {
+		return err
+	}
+	s.pspURL = "http://" + addr.Load().(string)
+	return nil
+}
+
+func (s *stack) startNATS(ctx context.Context) error {
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.natsPrt), "-js", "-sd", s.natsDir, "-n", "oncepay-chaos"}
+	p, err := startProc("nats-server", s.bin.NATS, args, baseEnv(), s.dir, &s.races, nil)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.nats = p
+	s.mu.Unlock()
+	ready, fire := signalOnce()
+	go func() {
+		deadline := time.Now().Add(readyTimeout)
+		for p.alive() && ctx.Err() == nil && time.Now().Before(deadline) {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.natsPrt), 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+				fire()
+				return
+			}
+			t := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-p.done:
+				t.Stop()
+			}
+		}
+	}()
+	return p.waitReady(ctx, ready, readyTimeout)
+}
+
+// apiEnv is the configuration of both API processes. Leases, timeouts and
+// intervals are shorter than the defaults so that a run settles in seconds,
+// and keep their proportions: the provider timeout and the write timeout
+// stay below the lease (6s unless configured), so a live attempt is never
+// taken over.
+func (s *stack) apiEnv(addr string) []string {
+	env := append(baseEnv(),
+		"DATABASE_URL="+s.dbURL,
+		"HTTP_ADDR="+addr,
+		"DEMO_MODE=true",
+		"AUTO_MIGRATE=true",
+		"LOG_LEVEL=info",
+		"PSP_URL="+s.pspURL,
+		"PSP_WEBHOOK_SECRETS="+s.secret,
+		"PSP_TIMEOUT=2s",
+		"WRITE_TIMEOUT=5s",
+		"IDEMPOTENCY_LEASE="+s.lease.String(),
+		"RECOVERER_INTERVAL=1s",
+		"WEBHOOK_WORKER_INTERVAL=500ms",
+		"SWEEP_INTERVAL=0",
+		"SHUTDOWN_TIMEOUT=5s",
+	)
+	if s.outbox {
+		env = append(env, "NATS_URL="+s.natsURL)
+	}
+	return env
+}
+
+func (s *stack) startAPI(ctx context.Context, i int) error {
+	a := s.apis[i]
+	ready, fire := signalOnce()
+	watch := func(line string) {
+		if strings.HasPrefix(line, "oncepay is ready at ") {
+			fire()
+		}
+		s.apiLog.watch(line)
+	}
+	p, err := startProc(fmt.Sprintf("api-%d", i), s.bin.API, []string{"serve"}, s.apiEnv(a.addr), s.dir, &s.races, watch)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	a.proc = p
+	s.mu.Unlock()
+	return p.waitReady(ctx, ready, readyTimeout)
+}
+
+// addrs returns the API addresses (fixed for the whole run).
+func (s *stack) addrs() []string { return []string{s.apis[0].addr, s.apis[1].addr} }
+
+// api returns the current process of API i.
+func (s *stack) api(i int) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.apis[i].proc
+}
+
+// killAPI SIGKILLs API i.
+func (s *stack) killAPI(i int) { s.api(i).kill() }
+
+// restartAPI starts API i again on its address after down.
+func (s *stack) restartAPI(ctx context.Context, i int, down time.Duration) error {
+	if err := pause(ctx, down); err != nil {
+		return err
+	}
+	return s.startAPI(ctx, i)
+}
+
+// killNATS SIGKILLs the broker; restartNATS brings it back on its port and
+// store.
+func (s *stack) killNATS() {
+	s.mu.Lock()
+	p := s.nats
+	s.mu.Unlock()
+	p.kill()
+}
+
+func (s *stack) restartNATS(ctx context.Context, down time.Duration) error {
+	if err := pause(ctx, down); err != nil {
+		return err
+	}
+	return s.startNATS(ctx)
+}
+
+// ensureUp restarts whatever is down (after a fault step failed midway).
+func (s *stack) ensureUp(ctx context.Context) error {
+	var errs []error
+	if s.outbox {
+		s.mu.Lock()
+		p := s.nats
+		s.mu.Unlock()
+		if !p.alive() {
+			errs = append(errs, s.startNATS(ctx))
+		}
+	}
+	for i := range s.apis {
+		if !s.api(i).alive() {
+			errs = append(errs, s.startAPI(ctx, i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stop ends every process: the APIs first (they drain), then the broker
+// and the simulator.
+func (s *stack) stop() {
+	var wg sync.WaitGroup
+	for i := range s.apis {
+		if p := s.apis[i]; p != nil && p.proc != nil {
+			wg.Go(func() { p.proc.stop(10 * time.Second) })
+		}
+	}
+	wg.Wait()
+	s.mu.Lock()
+	n := s.nats
+	s.mu.Unlock()
+	if n != nil {
+		n.stop(5 * time.Second)
+	}
+	if s.psp != nil {
+		s.psp.stop(5 * time.Second)
+	}
+}
+
+// pause waits d, or less when ctx ends: the schedule's own pacing of a
+// fault (how long a killed process stays down), never a wait for work.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
