@@ -8,7 +8,7 @@ STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 # The test cluster trades durability for speed: its data is thrown away.
 TEST_PG_OPTS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 
-.PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench pg-stop clean
+.PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench bench-outbox chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded
 run: build
@@ -80,13 +80,21 @@ bench: build
 	 $(GO) run ./cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
+## bench-outbox: outbox burn-down (100,000 events to JetStream) and commit-to-consumed latency at
+##               200 events/s on a durable private PostgreSQL (docs/BENCHMARKS.md)
+OUTBOXBENCH_ARGS ?=
+
+bench-outbox:
+	@DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
+	 trap 'scripts/postgres.sh --stop bench || true' EXIT; \
+	 $(GO) run ./cmd/outboxbench $(OUTBOXBENCH_ARGS)
+
 ## chaos: start the real stack (2 APIs, pspsim, PostgreSQL, NATS with the outbox) and drive CHAOS_INTENTS
 ##        seeded intents through real faults, then check "charged exactly once" and the other invariants;
 ##        CHAOS_SEED replays a schedule, CHAOS_ARGS passes more flags (docs/RELIABILITY.md)
 CHAOS_INTENTS ?= 10000
 CHAOS_SEED ?= 1
 CHAOS_ARGS ?=
-.PHONY: chaos
 chaos:
 	@DATABASE_URL="$$(scripts/postgres.sh chaos)"; export DATABASE_URL; \
 	 $(GO) run ./cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)

@@ -4,6 +4,7 @@
 //	api migrate up|down [N]|version        manage the schema
 //	api tenants create --slug S --name N   create a tenant, print its key once
 //	api sweep [--once]                     delete expired records
+//	api outbox stuck|retry ID|replay ID    operate the outbox
 //	api version                            print the build version
 //
 // Configuration comes from environment variables; see the README.
@@ -23,7 +24,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
@@ -47,6 +52,9 @@ Commands:
   migrate version                     print the applied schema version
   tenants create --slug S [--name N]  create a tenant and print its API key once
   sweep [--once]                      delete expired records (loop every SWEEP_INTERVAL, or once)
+  outbox stuck [--limit N]            list stuck events (all tenants)
+  outbox retry <event-id>             make a stuck or backing-off event due now
+  outbox replay <event-id>            publish an event again with its original id (consumers ignore it)
   version                             print the build version
 
 Configuration is read from environment variables (DATABASE_URL, HTTP_ADDR,
@@ -70,6 +78,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return tenantsCmd(ctx, args, getenv, stdout, stderr)
 	case "sweep":
 		return sweep(ctx, args, getenv, stdout, stderr)
+	case "outbox":
+		return outboxCmd(ctx, args, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -169,6 +179,8 @@ func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	cfg.HTTPAddr = "127.0.0.1:0" // the command serves nothing
+	cfg.OutboxDispatcher, cfg.FulfillmentConsumer = false, false
 	a, err := app.New(ctx, cfg, newLogger(stderr, cfg.LogLevel), time.Now)
 	if err != nil {
 		return err
@@ -194,6 +206,7 @@ func sweep(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	cfg.HTTPAddr = "127.0.0.1:0" // the sweeper serves nothing
+	cfg.OutboxDispatcher, cfg.FulfillmentConsumer = false, false
 	logger := newLogger(stderr, cfg.LogLevel)
 	a, err := app.New(ctx, cfg, logger, time.Now)
 	if err != nil {
@@ -210,6 +223,99 @@ func sweep(ctx context.Context, args []string, getenv func(string) string, stdou
 	fmt.Fprintf(stdout, "deleted: api_idempotency %d, outbox_events %d, webhook_receipts %d; stuck unsettled operations: %d\n",
 		rep.Deleted["api_idempotency"], rep.Deleted["outbox_events"], rep.Deleted["webhook_receipts"], rep.Stuck)
 	return nil
+}
+
+// outboxCmd operates the outbox: list stuck events, make one due again, or
+// replay one to the broker with its original id (the operator's replay
+// button; the consumers' inboxes make it harmless).
+func outboxCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const use = "outbox stuck [--limit N] | outbox retry <event-id> | outbox replay <event-id>"
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, use)
+	}
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogLevel)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	switch args[0] {
+	case "stuck":
+		fs := flag.NewFlagSet("outbox stuck", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		limit := fs.Int("limit", 50, "most events to list")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		stuck, err := outbox.NewAdmin(pool, nil, logger).Stuck(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		for _, ev := range stuck {
+			fmt.Fprintf(stdout, "%s %s attempts=%d last_error=%q\n", ev.ID, ev.Type, ev.Attempts, deref(ev.LastError))
+		}
+		fmt.Fprintf(stdout, "%d stuck\n", len(stuck))
+		return nil
+	case "retry", "replay":
+		if len(args) != 2 {
+			return fmt.Errorf("%w: %s", errUsage, use)
+		}
+		id, err := uuid.Parse(args[1])
+		if err != nil {
+			return fmt.Errorf("%w: %q is not an event id", errUsage, args[1])
+		}
+		if args[0] == "retry" {
+			_, retried, err := outbox.NewAdmin(pool, nil, logger).Retry(ctx, id)
+			if errors.Is(err, postgres.ErrNotFound) {
+				return fmt.Errorf("no event %s", id)
+			}
+			if err != nil {
+				return err
+			}
+			if !retried {
+				fmt.Fprintf(stdout, "event %s is already published; use outbox replay to send it again\n", id)
+				return nil
+			}
+			fmt.Fprintf(stdout, "event %s is due again\n", id)
+			return nil
+		}
+		url := cfg.NATSURL
+		if url == "" { // the running API's embedded server
+			if url, err = broker.EmbeddedURL(cfg.NATSStoreDir); err != nil {
+				return err
+			}
+		}
+		nc, js, err := broker.Connect(url, "oncepay-cli", logger)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		res, err := outbox.NewAdmin(pool, js, logger).Replay(ctx, id)
+		if errors.Is(err, postgres.ErrNotFound) {
+			return fmt.Errorf("no event %s", id)
+		}
+		if err != nil {
+			return err
+		}
+		if res.Duplicate {
+			fmt.Fprintf(stdout, "event %s replayed; JetStream dropped it inside its duplicate window\n", id)
+		} else {
+			fmt.Fprintf(stdout, "event %s replayed as stream message %d; consumers ignore it\n", id, res.Sequence)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errUsage, use)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func validSlug(s string) bool {

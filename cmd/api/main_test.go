@@ -74,7 +74,7 @@ func TestTenantsCreateAndServe(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn"})
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir()})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"tenants", "create", "--slug", "initech", "--name", "Initech"}, e, &out, io.Discard); err != nil {
@@ -117,5 +117,20 @@ func TestTenantsCreateAndServe(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("the new key gets %d", res.StatusCode)
+	}
+}
+
+func TestOutboxCommands(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "NATS_STORE_DIR": t.TempDir()})
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"outbox", "stuck"}, e, &out, io.Discard); err != nil || !strings.Contains(out.String(), "0 stuck") {
+		t.Fatalf("outbox stuck: %v %q", err, out.String())
+	}
+	if err := run(context.Background(), []string{"outbox", "retry", "01a22931-c9da-71c4-a494-fc128972f4cb"}, e, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no event") {
+		t.Fatalf("retry of an unknown event: %v", err)
+	}
+	if err := run(context.Background(), []string{"outbox", "replay", "nope"}, e, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Fatalf("replay of a bad id: %v", err)
 	}
 }

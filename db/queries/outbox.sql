@@ -9,3 +9,75 @@ SELECT * FROM outbox_events
 WHERE tenant_id = @tenant_id AND (NOT @has_cursor::bool OR seq < @cursor_seq::bigint)
 ORDER BY seq DESC
 LIMIT @max_rows;
+
+-- name: OutboxClaimBatch :many
+-- OutboxClaimBatch leases up to max_rows due, unpublished rows to the
+-- dispatcher holding token, oldest first. FOR UPDATE SKIP LOCKED lets
+-- concurrent dispatchers claim disjoint batches without waiting; the lease
+-- (locked_until) keeps the rows theirs after this statement commits, while
+-- they publish. A lease that ran out (its dispatcher died) is claimable again.
+--
+-- The claim selects by state (published_at IS NULL), never by a high-water
+-- mark of seq: a transaction that took a low seq and commits after higher
+-- seqs were published is still claimed by the next round.
+WITH due AS (
+    SELECT id FROM outbox_events
+    WHERE published_at IS NULL AND stuck_at IS NULL
+      AND (next_attempt_at IS NULL OR next_attempt_at <= @now::timestamptz)
+      AND (locked_until IS NULL OR locked_until <= @now::timestamptz)
+    ORDER BY seq
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_events e
+SET locked_until = @lease_until::timestamptz, locked_by = @token::uuid
+FROM due
+WHERE e.id = due.id
+RETURNING e.*;
+
+-- name: OutboxMarkPublished :execrows
+-- OutboxMarkPublished records that the broker acknowledged the rows. It
+-- does not check the lease: an acknowledged publish is a fact whoever holds
+-- the row now.
+UPDATE outbox_events
+SET published_at = @published_at::timestamptz, attempts = attempts + 1,
+    locked_until = NULL, locked_by = NULL, next_attempt_at = NULL
+WHERE id = ANY(@ids::uuid[]) AND published_at IS NULL;
+
+-- name: OutboxRecordFailures :many
+-- OutboxRecordFailures counts a failed attempt for each row the dispatcher
+-- holding token still leases: it records the error, and when the row is due
+-- again or that it is now stuck (no more automatic attempts).
+UPDATE outbox_events e
+SET attempts = e.attempts + 1,
+    last_error = f.last_error,
+    next_attempt_at = CASE WHEN NOT f.stuck THEN f.next_attempt_at END,
+    stuck_at = CASE WHEN f.stuck THEN @now::timestamptz END,
+    locked_until = NULL, locked_by = NULL
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@last_errors::text[]) AS last_error,
+             unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at, unnest(@stuck::bool[]) AS stuck) AS f
+WHERE e.id = f.id AND e.locked_by = @token::uuid AND e.published_at IS NULL
+RETURNING e.id, e.tenant_id, e.event_type, e.attempts, e.stuck_at;
+
+-- name: OutboxGet :one
+SELECT * FROM outbox_events WHERE id = $1;
+
+-- name: OutboxRetry :one
+-- OutboxRetry makes an unpublished event due at once with a fresh count of
+-- attempts: the operator's answer to a stuck event. A row leased right now
+-- keeps its lease. It returns no row for a published or unknown event.
+UPDATE outbox_events
+SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE id = @id AND published_at IS NULL
+RETURNING *;
+
+-- name: OutboxListStuck :many
+-- OutboxListStuck lists stuck events of every tenant, oldest first.
+SELECT * FROM outbox_events
+WHERE stuck_at IS NOT NULL AND published_at IS NULL
+ORDER BY seq
+LIMIT @max_rows;
+
+-- name: OutboxNotify :exec
+-- OutboxNotify wakes the dispatchers (the insert trigger does the same).
+SELECT pg_notify('oncepay_outbox', '');

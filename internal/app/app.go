@@ -14,9 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 
+	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/demo"
+	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -48,6 +52,13 @@ type App struct {
 
 	payments *payments.Service
 	sweeper  *retention.Sweeper
+
+	// nats is the embedded broker (nil with NATS_URL set).
+	nats        *broker.Embedded
+	nc          *nats.Conn
+	dispatcher  *outbox.Dispatcher
+	fulfillment *fulfillment.Consumer
+	outboxAdmin *outbox.Admin
 	// webhookWorker applies received provider webhooks.
 	webhookWorker *webhooks.Worker
 	// Tenants is exposed for the CLI.
@@ -102,6 +113,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	if err := a.startEvents(ctx, cfg, logger, now); err != nil {
+		return nil, err
+	}
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
@@ -110,18 +124,66 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }))
 	a.handler = httpapi.New(httpapi.Deps{
-		Logger:      logger,
-		Pool:        pool,
-		Tenants:     a.Tenants,
-		Orders:      orders.NewHandler(orderSvc),
-		Payments:    payments.NewHandler(a.payments),
-		Events:      outbox.NewHandler(pool),
-		Webhooks:    webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
-		Demo:        demo.NewHandler(cfg.DemoMode, pool, a.psp, nil, logger),
+		Logger:   logger,
+		Pool:     pool,
+		Tenants:  a.Tenants,
+		Orders:   orders.NewHandler(orderSvc),
+		Payments: payments.NewHandler(a.payments),
+		Events:   outbox.NewHandler(pool),
+		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
+		Demo: demo.NewHandler(cfg.DemoMode, pool, a.psp, func(ctx context.Context, id uuid.UUID) error {
+			_, err := a.outboxAdmin.Replay(ctx, id)
+			return err
+		}, logger),
+		OutboxAdmin: outbox.NewAdminHandler(a.outboxAdmin),
+		AdminToken:  cfg.AdminToken,
 		Metrics:     m.Handler(),
 		ObserveHTTP: m.HTTP,
 	})
 	return a, nil
+}
+
+// startEvents connects the broker (embedding one unless NATS_URL is set),
+// declares the stream, and builds the outbox dispatcher and the fulfillment
+// consumer (rule 6); Serve runs them.
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) error {
+	if !cfg.OutboxDispatcher && !cfg.FulfillmentConsumer && cfg.NATSURL == "" {
+		// A CLI command: nothing to publish or consume, no broker to start.
+		a.outboxAdmin = outbox.NewAdmin(a.pool, nil, logger.With("component", "outbox-admin"))
+		return nil
+	}
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		var err error
+		if a.nats, err = broker.StartEmbedded(cfg.NATSStoreDir, broker.EmbeddedConfig{}, logger.With("component", "nats")); err != nil {
+			return err
+		}
+		natsURL = a.nats.ClientURL()
+	}
+	nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"))
+	if err != nil {
+		return err
+	}
+	a.nc = nc
+	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
+		return err
+	}
+	if cfg.OutboxDispatcher {
+		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
+			PollInterval: cfg.OutboxPollInterval,
+			MaxAttempts:  cfg.OutboxMaxAttempts,
+		}, logger.With("component", "outbox"), now, cfg.OutboxHooks); err != nil {
+			return err
+		}
+	}
+	if cfg.FulfillmentConsumer {
+		a.fulfillment = fulfillment.New(a.pool, js, fulfillment.Config{}, logger.With("component", "fulfillment"), now, cfg.FulfillmentHooks)
+		if _, err := a.fulfillment.Declare(ctx); err != nil {
+			return err
+		}
+	}
+	a.outboxAdmin = outbox.NewAdmin(a.pool, js, logger.With("component", "outbox-admin"))
+	return nil
 }
 
 // embedPSP starts listening for the in-process simulator and returns its URL.
@@ -170,6 +232,15 @@ func (a *App) Close() {
 	if a.pspLn != nil {
 		a.pspLn.Close()
 	}
+	if a.dispatcher != nil {
+		a.dispatcher.Close()
+	}
+	if a.nc != nil {
+		a.nc.Close()
+	}
+	if a.nats != nil {
+		a.nats.Shutdown()
+	}
 	a.pool.Close()
 }
 
@@ -205,6 +276,12 @@ func (a *App) Serve(ctx context.Context) error {
 		run("pspsim-webhooks", a.psp.Run)
 	}
 	run("webhooks-worker", func(ctx context.Context) error { return a.webhookWorker.Run(ctx, a.cfg.WebhookWorkerInterval) })
+	if a.dispatcher != nil {
+		run("outbox-dispatcher", a.dispatcher.Run)
+	}
+	if a.fulfillment != nil {
+		run("fulfillment", a.fulfillment.Run)
+	}
 	if a.cfg.SweepInterval > 0 {
 		run("retention-sweeper", func(ctx context.Context) error { return a.sweeper.Run(ctx, a.cfg.SweepInterval) })
 	}

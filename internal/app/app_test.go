@@ -76,6 +76,13 @@ func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 		Retention:             retention.DefaultPolicy(),
 		SweepInterval:         0, // tests sweep when they mean to
 		SweepBatch:            500,
+		NATSStoreDir:          t.TempDir(),
+		NATSDuplicateWindow:   2 * time.Minute,
+		NATSStreamMaxAge:      7 * 24 * time.Hour,
+		OutboxDispatcher:      true,
+		OutboxPollInterval:    time.Second,
+		OutboxMaxAttempts:     10,
+		FulfillmentConsumer:   true,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -100,8 +107,10 @@ func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 		pool:    a.Pool(),
 		baseURL: "http://" + a.Addr().String(),
 		addr:    a.Addr().String(),
-		client:  &http.Client{Timeout: 30 * time.Second},
-		clock:   clock,
+		// Every exchange of every end-to-end test is checked against the
+		// OpenAPI description (openapi_test.go), so it cannot drift.
+		client: &http.Client{Timeout: 30 * time.Second, Transport: newOpenAPITransport(t, nil)},
+		clock:  clock,
 	}
 }
 

@@ -108,7 +108,7 @@ func TestClientEndToEnd(t *testing.T) {
 	if n := b.charges(t, pay.ID); n != 1 {
 		t.Fatalf("provider charges = %d, want 1", n)
 	}
-	if o, err := c.GetOrder(ctx, order.ID); err != nil || o.Status != client.OrderPaid {
+	if o, err := c.GetOrder(ctx, order.ID); err != nil || (o.Status != client.OrderPaid && o.Status != client.OrderFulfilled) {
 		t.Fatalf("order after payment = %+v, %v", o, err)
 	}
 	_, _, err = c.Pay(ctx, order.ID, client.PaymentMethodOK)

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
 )
@@ -89,9 +91,40 @@ type Config struct {
 	// default 500).
 	SweepBatch int
 
-	// PaymentHooks inject faults for the failure drills. Never set from the
-	// environment.
-	PaymentHooks payments.Hooks
+	// NATSURL is the NATS server with JetStream (NATS_URL). Empty runs a
+	// nats-server inside the process on a random loopback port; set it
+	// whenever more than one API process runs.
+	NATSURL string
+	// NATSStoreDir holds the embedded server's JetStream files
+	// (NATS_STORE_DIR, default .data/nats).
+	NATSStoreDir string
+	// NATSDuplicateWindow is the event stream's duplicate window, keyed by
+	// the event id (NATS_DUPLICATE_WINDOW, default 2m).
+	NATSDuplicateWindow time.Duration
+	// NATSStreamMaxAge is how long the stream keeps events
+	// (NATS_STREAM_MAX_AGE, default 7d); the inbox retention must cover it.
+	NATSStreamMaxAge time.Duration
+	// OutboxDispatcher runs the outbox dispatcher in this process
+	// (OUTBOX_DISPATCHER, default true; any number of processes may).
+	OutboxDispatcher bool
+	// OutboxPollInterval is the dispatcher's polling backstop of
+	// LISTEN/NOTIFY (OUTBOX_POLL_INTERVAL, default 1s).
+	OutboxPollInterval time.Duration
+	// OutboxMaxAttempts is after how many failed publishes an event is
+	// stuck until an operator retries it (OUTBOX_MAX_ATTEMPTS, default 10).
+	OutboxMaxAttempts int
+	// FulfillmentConsumer runs the fulfillment consumer in this process
+	// (FULFILLMENT_CONSUMER, default true).
+	FulfillmentConsumer bool
+	// AdminToken is the bearer token of /admin/outbox/... (ADMIN_TOKEN;
+	// empty: the admin routes answer 404).
+	AdminToken string
+
+	// PaymentHooks, OutboxHooks and FulfillmentHooks inject faults for the
+	// failure drills. Never set from the environment.
+	PaymentHooks     payments.Hooks
+	OutboxHooks      outbox.DispatcherHooks
+	FulfillmentHooks fulfillment.Hooks
 }
 
 // DemoWebhookSecret is the webhook secret of the demo: the embedded simulator
@@ -125,6 +158,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
 		SweepBatch:            r.integer("SWEEP_BATCH", 500, 1, 100_000),
+
+		NATSURL:             getenv("NATS_URL"),
+		NATSStoreDir:        r.str("NATS_STORE_DIR", ".data/nats"),
+		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", 2*time.Minute),
+		NATSStreamMaxAge:    r.duration("NATS_STREAM_MAX_AGE", 7*24*time.Hour),
+		OutboxDispatcher:    r.boolean("OUTBOX_DISPATCHER", true),
+		OutboxPollInterval:  r.duration("OUTBOX_POLL_INTERVAL", time.Second),
+		OutboxMaxAttempts:   r.integer("OUTBOX_MAX_ATTEMPTS", 10, 1, 1000),
+		FulfillmentConsumer: r.boolean("FULFILLMENT_CONSUMER", true),
+		AdminToken:          getenv("ADMIN_TOKEN"),
 	}
 	h, p := retention.DefaultHorizons(), retention.DefaultPolicy()
 	c.Horizons = retention.Horizons{
@@ -149,6 +192,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if err := retention.Check(c.Retention, c.Horizons); err != nil {
 		r.errs = append(r.errs, err)
+	}
+	if c.NATSStreamMaxAge > c.Horizons.QueueRedelivery {
+		r.errs = append(r.errs, fmt.Errorf("NATS_STREAM_MAX_AGE (%s) is longer than the queue redelivery horizon (%s) the inbox retention covers",
+			c.NATSStreamMaxAge, c.Horizons.QueueRedelivery))
 	}
 	if c.DatabaseURL == "" {
 		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))

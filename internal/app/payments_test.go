@@ -78,8 +78,8 @@ func TestPayOrder(t *testing.T) {
 	if !bytes.Equal(got.body, r.body) {
 		t.Fatalf("GET payment = %s, want %s", got.body, r.body)
 	}
-	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
-		t.Fatalf("order status = %v, want paid", s)
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" && s != "fulfilled" {
+		t.Fatalf("order status = %v, want paid (or already fulfilled by the consumer)", s)
 	}
 	if n := b.charges(t, p["id"].(string)); n != 1 {
 		t.Fatalf("provider charges = %d, want 1", n)
@@ -335,8 +335,8 @@ func TestDrill7_CrashAfterProviderCall_Recoverer(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`); n != 1 {
 		t.Fatalf("succeeded payments = %d, want 1", n)
 	}
-	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
-		t.Fatalf("order = %v, want paid", s)
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" && s != "fulfilled" {
+		t.Fatalf("order = %v, want paid (or already fulfilled by the consumer)", s)
 	}
 	retry := b.pay(t, orderID, "pay-crash", "pm_card_ok")
 	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
@@ -550,8 +550,8 @@ func TestDrill8_LateRetryAfterSweep(t *testing.T) {
 	if rep.Deleted["api_idempotency"] != 2 || b.count(t, `SELECT count(*) FROM api_idempotency`) != 0 {
 		t.Fatalf("sweep report %+v; want both records deleted", rep)
 	}
-	if r := b.do(t, "POST", "/v1/orders", acme, "o-swept", orderBody); r.status != http.StatusCreated || r.json(t)["id"] != orderID || r.json(t)["status"] != "paid" {
-		t.Fatalf("late order retry = %d %s, want 201 with the original order as it is now (paid)", r.status, r.body)
+	if r := b.do(t, "POST", "/v1/orders", acme, "o-swept", orderBody); r.status != http.StatusCreated || r.json(t)["id"] != orderID || (r.json(t)["status"] != "paid" && r.json(t)["status"] != "fulfilled") {
+		t.Fatalf("late order retry = %d %s, want 201 with the original order as it is now (paid or fulfilled)", r.status, r.body)
 	}
 	late := b.pay(t, orderID, "pay-swept", "pm_card_ok")
 	if late.status != http.StatusCreated || late.json(t)["id"] != pay.json(t)["id"] {
@@ -577,8 +577,8 @@ func TestWebhookCompletesPendingPayment(t *testing.T) {
 	waitFor(t, 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`) == 1
 	})
-	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" {
-		t.Fatalf("order = %v, want paid", s)
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" && s != "fulfilled" {
+		t.Fatalf("order = %v, want paid (or already fulfilled by the consumer)", s)
 	}
 	retry := b.pay(t, orderID, "pay-webhook", "pm_card_ok")
 	if retry.status != http.StatusCreated || retry.json(t)["status"] != "succeeded" {
@@ -594,5 +594,34 @@ func TestWebhookCompletesPendingPayment(t *testing.T) {
 	// them would change nothing (internal/webhooks tests drill 5).
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL`); n != 0 {
 		t.Fatalf("%d webhook receipts unprocessed", n)
+	}
+}
+
+// The whole chain in one process: the payment's event goes through the
+// outbox, the embedded JetStream and the fulfillment consumer, which takes
+// the stock once and marks the order fulfilled; the events list shows it
+// published and processed.
+func TestPaidOrderIsFulfilledThroughTheBroker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o-ship")
+	if r := b.pay(t, orderID, "pay-ship", "pm_card_ok"); r.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", r.status, r.body)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		return b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"] == "fulfilled"
+	})
+	if n := b.count(t, `SELECT stock FROM products p JOIN tenants t ON t.id = p.tenant_id WHERE t.slug = 'acme' AND sku = 'travel-mug'`); n != 100000-2 {
+		t.Fatalf("travel-mug stock = %d, want %d", n, 100000-2)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+	})
+	events := b.do(t, "GET", "/v1/events", acme, "", "").json(t)["data"].([]any)
+	for _, e := range events {
+		ev := e.(map[string]any)
+		if ev["type"] == "payment.succeeded" && len(ev["processed_by"].([]any)) != 1 {
+			t.Fatalf("payment.succeeded processed_by = %v, want fulfillment once", ev["processed_by"])
+		}
 	}
 }

@@ -276,7 +276,7 @@ func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err err
 // matches one of the patterns and waits on a lock.
 func waiters(ctx context.Context, db *pgxpool.Pool, patterns []string) ([]int, error) {
 	rows, err := db.Query(ctx, `SELECT client_port FROM pg_stat_activity
-		WHERE application_name = 'oncepay' AND datname = current_database()
+		WHERE application_name IN ('oncepay', 'oncepay-outbox') AND datname = current_database()
 		  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
 	if err != nil {
 		return nil, err

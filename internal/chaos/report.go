@@ -84,6 +84,14 @@ func (rep *Report) MissingFaults() []FaultKind {
 		if k == MarkBlocked {
 			continue // the fallback of DispatcherKilled, not a fault of its own
 		}
+		if k == DispatcherKilled && rep.Faults[MarkBlocked] > 0 {
+			// The dispatcher's bookkeeping runs on connections with a short
+			// lock timeout, so the trap often sees the mark fail rather than
+			// wait: the same publish-without-mark path, without the kill.
+			// internal/outbox TestDrill6DispatcherDiesAfterPublishBeforeMark
+			// kills a dispatcher there deterministically.
+			continue
+		}
 		if rep.Faults[k] == 0 {
 			out = append(out, k)
 		}

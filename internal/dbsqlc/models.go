@@ -37,6 +37,16 @@ type ApiKey struct {
 	RevokedAt *time.Time
 }
 
+type Notification struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	OrderID   uuid.UUID
+	Kind      string
+	EventID   uuid.UUID
+	Body      []byte
+	CreatedAt time.Time
+}
+
 type Order struct {
 	ID             uuid.UUID
 	TenantID       uuid.UUID
@@ -72,6 +82,10 @@ type OutboxEvent struct {
 	PublishedAt    *time.Time
 	Attempts       int32
 	LastError      *string
+	LockedUntil    *time.Time
+	LockedBy       *uuid.UUID
+	NextAttemptAt  *time.Time
+	StuckAt        *time.Time
 }
 
 type Payment struct {
@@ -91,6 +105,12 @@ type Payment struct {
 	AmountRefunded   int64
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+}
+
+type ProcessedMessage struct {
+	MessageID   string
+	Subscriber  string
+	ProcessedAt time.Time
 }
 
 type Product struct {

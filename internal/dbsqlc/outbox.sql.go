@@ -12,6 +12,109 @@ import (
 	"github.com/google/uuid"
 )
 
+const outboxClaimBatch = `-- name: OutboxClaimBatch :many
+WITH due AS (
+    SELECT id FROM outbox_events
+    WHERE published_at IS NULL AND stuck_at IS NULL
+      AND (next_attempt_at IS NULL OR next_attempt_at <= $3::timestamptz)
+      AND (locked_until IS NULL OR locked_until <= $3::timestamptz)
+    ORDER BY seq
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_events e
+SET locked_until = $1::timestamptz, locked_by = $2::uuid
+FROM due
+WHERE e.id = due.id
+RETURNING e.id, e.seq, e.tenant_id, e.event_type, e.aggregate_type, e.aggregate_id, e.idempotency_key, e.payload, e.occurred_at, e.published_at, e.attempts, e.last_error, e.locked_until, e.locked_by, e.next_attempt_at, e.stuck_at
+`
+
+type OutboxClaimBatchParams struct {
+	LeaseUntil time.Time
+	Token      uuid.UUID
+	Now        time.Time
+	MaxRows    int32
+}
+
+// OutboxClaimBatch leases up to max_rows due, unpublished rows to the
+// dispatcher holding token, oldest first. FOR UPDATE SKIP LOCKED lets
+// concurrent dispatchers claim disjoint batches without waiting; the lease
+// (locked_until) keeps the rows theirs after this statement commits, while
+// they publish. A lease that ran out (its dispatcher died) is claimable again.
+//
+// The claim selects by state (published_at IS NULL), never by a high-water
+// mark of seq: a transaction that took a low seq and commits after higher
+// seqs were published is still claimed by the next round.
+func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchParams) ([]OutboxEvent, error) {
+	rows, err := q.db.Query(ctx, outboxClaimBatch,
+		arg.LeaseUntil,
+		arg.Token,
+		arg.Now,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxEvent
+	for rows.Next() {
+		var i OutboxEvent
+		if err := rows.Scan(
+			&i.ID,
+			&i.Seq,
+			&i.TenantID,
+			&i.EventType,
+			&i.AggregateType,
+			&i.AggregateID,
+			&i.IdempotencyKey,
+			&i.Payload,
+			&i.OccurredAt,
+			&i.PublishedAt,
+			&i.Attempts,
+			&i.LastError,
+			&i.LockedUntil,
+			&i.LockedBy,
+			&i.NextAttemptAt,
+			&i.StuckAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxGet = `-- name: OutboxGet :one
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events WHERE id = $1
+`
+
+func (q *Queries) OutboxGet(ctx context.Context, id uuid.UUID) (OutboxEvent, error) {
+	row := q.db.QueryRow(ctx, outboxGet, id)
+	var i OutboxEvent
+	err := row.Scan(
+		&i.ID,
+		&i.Seq,
+		&i.TenantID,
+		&i.EventType,
+		&i.AggregateType,
+		&i.AggregateID,
+		&i.IdempotencyKey,
+		&i.Payload,
+		&i.OccurredAt,
+		&i.PublishedAt,
+		&i.Attempts,
+		&i.LastError,
+		&i.LockedUntil,
+		&i.LockedBy,
+		&i.NextAttemptAt,
+		&i.StuckAt,
+	)
+	return i, err
+}
+
 const outboxInsert = `-- name: OutboxInsert :exec
 INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -43,7 +146,7 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) erro
 }
 
 const outboxListNewest = `-- name: OutboxListNewest :many
-SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error FROM outbox_events
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events
 WHERE tenant_id = $1 AND (NOT $2::bool OR seq < $3::bigint)
 ORDER BY seq DESC
 LIMIT $4
@@ -85,6 +188,10 @@ func (q *Queries) OutboxListNewest(ctx context.Context, arg OutboxListNewestPara
 			&i.PublishedAt,
 			&i.Attempts,
 			&i.LastError,
+			&i.LockedUntil,
+			&i.LockedBy,
+			&i.NextAttemptAt,
+			&i.StuckAt,
 		); err != nil {
 			return nil, err
 		}
@@ -94,4 +201,182 @@ func (q *Queries) OutboxListNewest(ctx context.Context, arg OutboxListNewestPara
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxListStuck = `-- name: OutboxListStuck :many
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events
+WHERE stuck_at IS NOT NULL AND published_at IS NULL
+ORDER BY seq
+LIMIT $1
+`
+
+// OutboxListStuck lists stuck events of every tenant, oldest first.
+func (q *Queries) OutboxListStuck(ctx context.Context, maxRows int32) ([]OutboxEvent, error) {
+	rows, err := q.db.Query(ctx, outboxListStuck, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxEvent
+	for rows.Next() {
+		var i OutboxEvent
+		if err := rows.Scan(
+			&i.ID,
+			&i.Seq,
+			&i.TenantID,
+			&i.EventType,
+			&i.AggregateType,
+			&i.AggregateID,
+			&i.IdempotencyKey,
+			&i.Payload,
+			&i.OccurredAt,
+			&i.PublishedAt,
+			&i.Attempts,
+			&i.LastError,
+			&i.LockedUntil,
+			&i.LockedBy,
+			&i.NextAttemptAt,
+			&i.StuckAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxMarkPublished = `-- name: OutboxMarkPublished :execrows
+UPDATE outbox_events
+SET published_at = $1::timestamptz, attempts = attempts + 1,
+    locked_until = NULL, locked_by = NULL, next_attempt_at = NULL
+WHERE id = ANY($2::uuid[]) AND published_at IS NULL
+`
+
+type OutboxMarkPublishedParams struct {
+	PublishedAt time.Time
+	Ids         []uuid.UUID
+}
+
+// OutboxMarkPublished records that the broker acknowledged the rows. It
+// does not check the lease: an acknowledged publish is a fact whoever holds
+// the row now.
+func (q *Queries) OutboxMarkPublished(ctx context.Context, arg OutboxMarkPublishedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxMarkPublished, arg.PublishedAt, arg.Ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const outboxNotify = `-- name: OutboxNotify :exec
+SELECT pg_notify('oncepay_outbox', '')
+`
+
+// OutboxNotify wakes the dispatchers (the insert trigger does the same).
+func (q *Queries) OutboxNotify(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, outboxNotify)
+	return err
+}
+
+const outboxRecordFailures = `-- name: OutboxRecordFailures :many
+UPDATE outbox_events e
+SET attempts = e.attempts + 1,
+    last_error = f.last_error,
+    next_attempt_at = CASE WHEN NOT f.stuck THEN f.next_attempt_at END,
+    stuck_at = CASE WHEN f.stuck THEN $1::timestamptz END,
+    locked_until = NULL, locked_by = NULL
+FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::text[]) AS last_error,
+             unnest($5::timestamptz[]) AS next_attempt_at, unnest($6::bool[]) AS stuck) AS f
+WHERE e.id = f.id AND e.locked_by = $2::uuid AND e.published_at IS NULL
+RETURNING e.id, e.tenant_id, e.event_type, e.attempts, e.stuck_at
+`
+
+type OutboxRecordFailuresParams struct {
+	Now            time.Time
+	Token          uuid.UUID
+	Ids            []uuid.UUID
+	LastErrors     []string
+	NextAttemptAts []time.Time
+	Stuck          []bool
+}
+
+type OutboxRecordFailuresRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	EventType string
+	Attempts  int32
+	StuckAt   *time.Time
+}
+
+// OutboxRecordFailures counts a failed attempt for each row the dispatcher
+// holding token still leases: it records the error, and when the row is due
+// again or that it is now stuck (no more automatic attempts).
+func (q *Queries) OutboxRecordFailures(ctx context.Context, arg OutboxRecordFailuresParams) ([]OutboxRecordFailuresRow, error) {
+	rows, err := q.db.Query(ctx, outboxRecordFailures,
+		arg.Now,
+		arg.Token,
+		arg.Ids,
+		arg.LastErrors,
+		arg.NextAttemptAts,
+		arg.Stuck,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxRecordFailuresRow
+	for rows.Next() {
+		var i OutboxRecordFailuresRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.EventType,
+			&i.Attempts,
+			&i.StuckAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxRetry = `-- name: OutboxRetry :one
+UPDATE outbox_events
+SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE id = $1 AND published_at IS NULL
+RETURNING id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at
+`
+
+// OutboxRetry makes an unpublished event due at once with a fresh count of
+// attempts: the operator's answer to a stuck event. A row leased right now
+// keeps its lease. It returns no row for a published or unknown event.
+func (q *Queries) OutboxRetry(ctx context.Context, id uuid.UUID) (OutboxEvent, error) {
+	row := q.db.QueryRow(ctx, outboxRetry, id)
+	var i OutboxEvent
+	err := row.Scan(
+		&i.ID,
+		&i.Seq,
+		&i.TenantID,
+		&i.EventType,
+		&i.AggregateType,
+		&i.AggregateID,
+		&i.IdempotencyKey,
+		&i.Payload,
+		&i.OccurredAt,
+		&i.PublishedAt,
+		&i.Attempts,
+		&i.LastError,
+		&i.LockedUntil,
+		&i.LockedBy,
+		&i.NextAttemptAt,
+		&i.StuckAt,
+	)
+	return i, err
 }

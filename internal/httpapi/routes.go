@@ -4,8 +4,10 @@
 package httpapi
 
 import (
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,9 +18,11 @@ import (
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/internal/wire"
+	"github.com/oncepay/oncepay/openapi"
 	"github.com/oncepay/oncepay/web"
 )
 
@@ -37,6 +41,10 @@ type Deps struct {
 	// Demo serves the demo-mode endpoints and the X-Demo-Chaos middleware;
 	// outside demo mode they answer 404.
 	Demo *demo.Handler
+	// OutboxAdmin serves the operator's outbox endpoints, guarded by
+	// AdminToken; without a token they are not routed.
+	OutboxAdmin *outbox.AdminHandler
+	AdminToken  string
 	// Metrics serves /metrics; ObserveHTTP receives every request's latency.
 	Metrics     http.Handler
 	ObserveHTTP func(method, route string, status int, d time.Duration)
@@ -61,6 +69,7 @@ func New(d Deps) *echo.Echo {
 	e.GET("/healthz", healthz)
 	e.GET("/readyz", readyz(d.Pool))
 	e.GET("/metrics", echo.WrapHandler(d.Metrics))
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, openapi.ContentType, openapi.YAML) })
 	// The provider authenticates by signature, not by tenant key.
 	e.POST("/webhooks/psp", d.Webhooks.Handle)
 
@@ -77,6 +86,13 @@ func New(d Deps) *echo.Echo {
 	v1.POST("/payments/:id/refunds", d.Payments.Refund, auth)
 	v1.GET("/events", d.Events.List, auth)
 
+	if d.AdminToken != "" {
+		admin := adminAuth(d.AdminToken)
+		e.GET("/admin/outbox/stuck", d.OutboxAdmin.Stuck, admin)
+		e.POST("/admin/outbox/events/:id/retry", d.OutboxAdmin.Retry, admin)
+		e.POST("/admin/outbox/events/:id/replay", d.OutboxAdmin.Replay, admin)
+	}
+
 	// The web UI, embedded.
 	ui := web.Handler()
 	e.GET("/", ui)
@@ -90,6 +106,20 @@ func New(d Deps) *echo.Echo {
 	e.POST("/demo/events/:id/replay", d.Demo.ReplayEvent, auth)
 
 	return e
+}
+
+// adminAuth admits requests bearing the operator token (compared in
+// constant time).
+func adminAuth(token string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				return problem.New(problem.Unauthorized, "The operator token is not valid.")
+			}
+			return next(c)
+		}
+	}
 }
 
 func healthz(c echo.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
@@ -33,9 +34,35 @@ type eventJSON struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	OccurredAt     time.Time       `json:"occurred_at"`
 	PublishedAt    *time.Time      `json:"published_at"`
-	Attempts       int32           `json:"attempts"`
+	Status         string          `json:"status"`
+	Stuck          bool            `json:"stuck"`
+	Attempts       int             `json:"attempts"`
 	LastError      *string         `json:"last_error"`
+	NextAttemptAt  *time.Time      `json:"next_attempt_at"`
+	ProcessedBy    []processedJSON `json:"processed_by"`
 	Payload        json.RawMessage `json:"payload"`
+}
+
+// processedJSON is one consumer's inbox record of the event.
+type processedJSON struct {
+	Subscriber  string    `json:"subscriber"`
+	ProcessedAt time.Time `json:"processed_at"`
+}
+
+func eventJSONFrom(s Stored, processed []inbox.Processed) eventJSON {
+	out := eventJSON{
+		ID: s.ID, Type: s.Type, AggregateType: s.AggregateType, AggregateID: s.AggregateID,
+		IdempotencyKey: s.IdempotencyKey, OccurredAt: s.OccurredAt, PublishedAt: s.PublishedAt,
+		Status: s.Status(), Stuck: s.Status() == StatusStuck, Attempts: s.Attempts, LastError: s.LastError,
+		NextAttemptAt: s.NextAttemptAt, ProcessedBy: make([]processedJSON, len(processed)), Payload: s.Payload,
+	}
+	if s.PublishedAt != nil || s.StuckAt != nil { // no attempt is scheduled
+		out.NextAttemptAt = nil
+	}
+	for i, p := range processed {
+		out.ProcessedBy[i] = processedJSON{Subscriber: p.Subscriber, ProcessedAt: p.ProcessedAt.UTC()}
+	}
+	return out
 }
 
 type listJSON struct {
@@ -49,9 +76,12 @@ const (
 	maxLimit     = 100
 )
 
-// List handles GET /v1/events?limit=&cursor=.
+// List handles GET /v1/events?limit=&cursor=. Each event shows its delivery
+// state (published_at, status, stuck, attempts, last_error, next_attempt_at)
+// and which subscribers processed it (their inbox rows for the event id).
 func (h *Handler) List(c echo.Context) error {
 	t := tenants.FromContext(c)
+	ctx := c.Request().Context()
 	limit := defaultLimit
 	if raw := c.QueryParam("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
@@ -68,22 +98,26 @@ func (h *Handler) List(c echo.Context) error {
 		}
 		p.HasCursor, p.CursorSeq = true, seq
 	}
-	rows, err := dbsqlc.New(h.pool).OutboxListNewest(c.Request().Context(), p)
+	rows, err := dbsqlc.New(h.pool).OutboxListNewest(ctx, p)
 	if err != nil {
 		return fmt.Errorf("list events: %w", err)
 	}
 	out := listJSON{Data: make([]eventJSON, 0, min(len(rows), limit))}
+	if len(rows) > limit {
+		next := strconv.FormatInt(rows[limit-1].Seq, 10)
+		out.NextCursor = &next
+		rows = rows[:limit]
+	}
+	ids := make([]string, len(rows))
 	for i, r := range rows {
-		if i == limit {
-			next := strconv.FormatInt(rows[i-1].Seq, 10)
-			out.NextCursor = &next
-			break
-		}
-		out.Data = append(out.Data, eventJSON{
-			ID: r.ID, Type: r.EventType, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
-			IdempotencyKey: r.IdempotencyKey, OccurredAt: r.OccurredAt.UTC(), PublishedAt: r.PublishedAt,
-			Attempts: r.Attempts, LastError: r.LastError, Payload: r.Payload,
-		})
+		ids[i] = r.ID.String()
+	}
+	processed, err := inbox.ProcessedBy(ctx, h.pool, ids)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		out.Data = append(out.Data, eventJSONFrom(storedFromRow(r), processed[r.ID.String()]))
 	}
 	return wire.JSON(c, http.StatusOK, out)
 }

@@ -1,8 +1,14 @@
-// Package outbox is the write side of the transactional outbox (rule 6): a
-// feature appends its event in the same transaction as its state change, so
-// the event exists if and only if the change committed. Publishing, at least
-// once and with the event id as the broker's message id, is a separate
-// process that reads the table.
+// Package outbox is the producer half of rule 6, the transactional outbox: a
+// feature appends its event (Append) in the same transaction as its state
+// change, so the event exists if and only if the change committed.
+//
+// The Dispatcher publishes the table to NATS JetStream, at least once, with
+// the event id as the broker's message id; several dispatchers may run at
+// once. Publishing at least once means duplicates: JetStream drops those it
+// sees within its duplicate window, and consumers' inboxes make every other
+// one harmless (rule 8: broker deduplication never replaces idempotent side
+// effects). Admin holds the operator's actions (retry a stuck event, replay
+// a published one); Handler serves GET /v1/events.
 package outbox
 
 import (

@@ -1,0 +1,587 @@
+// Command outboxbench measures the outbox pipeline in one process, with the
+// embedded NATS JetStream server included, on a scratch database it creates
+// (and drops) on the PostgreSQL server DATABASE_URL names.
+//
+// Two phases:
+//
+//	burn-down  --events outbox rows (default 100,000) are committed up front;
+//	           then --dispatchers dispatchers publish them to JetStream,
+//	           waiting for every PubAck and marking them published. Reported:
+//	           events/s from the dispatchers' start until the last row is
+//	           marked, and the process's peak RSS (VmHWM) at that point.
+//	latency    paid orders with their payment.succeeded event are committed
+//	           at a steady --rate (default 200/s) for --duration (default 30s)
+//	           while a dispatcher and the fulfillment consumer run. Reported:
+//	           commit-to-consumed latency, from the producer's COMMIT returning
+//	           to the fulfillment transaction (inbox row, stock, order status,
+//	           receipt) committing, p50/p90/p99/max.
+//
+// It exits non-zero when an event is lost or a target is missed
+// (--min-rate, --max-p99, --max-rss-mib). `make bench-outbox` starts a
+// durable PostgreSQL and runs it; see docs/BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/fulfillment"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outboxbench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	databaseURL string
+	events      int
+	dispatchers int
+	batch       int
+	rate        int
+	workers     int
+	warmup      time.Duration
+	duration    time.Duration
+	syncAlways  bool
+	minRate     float64
+	maxP99      time.Duration
+	maxRSSMiB   float64
+	keepDB      bool
+	logLevel    slog.Level
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	c := config{databaseURL: getenv("DATABASE_URL")}
+	fs := flag.NewFlagSet("outboxbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.events, "events", 100_000, "outbox rows to burn down")
+	fs.IntVar(&c.dispatchers, "dispatchers", 1, "dispatchers publishing the burn-down concurrently (each with its own claim loop)")
+	fs.IntVar(&c.batch, "batch", 500, "rows per claim")
+	fs.IntVar(&c.rate, "rate", 200, "events per second in the latency phase")
+	fs.IntVar(&c.workers, "workers", 0, "fulfillment workers (0: the consumer's default)")
+	fs.DurationVar(&c.duration, "duration", 30*time.Second, "length of the latency phase (0 skips it)")
+	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "load at --rate before the latency phase is measured")
+	fs.BoolVar(&c.syncAlways, "sync-always", false, "fsync every JetStream message before its PubAck")
+	fs.Float64Var(&c.minRate, "min-rate", 5000, "fail below this burn-down rate (events/s); 0 disables")
+	fs.DurationVar(&c.maxP99, "max-p99", 100*time.Millisecond, "fail above this p99 commit-to-consumed latency; 0 disables")
+	fs.Float64Var(&c.maxRSSMiB, "max-rss-mib", 250, "fail above this peak RSS (MiB); 0 disables")
+	fs.BoolVar(&c.keepDB, "keep-db", false, "keep the scratch database")
+	level := fs.String("log-level", "warn", "log level of the service parts")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.databaseURL == "" {
+		return c, errors.New("DATABASE_URL is required (`make bench-outbox` starts a private PostgreSQL and sets it)")
+	}
+	if c.events < 1 || c.dispatchers < 1 || c.batch < 1 || c.rate < 1 {
+		return c, errors.New("--events, --dispatchers, --batch and --rate must be positive")
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parse(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	dbURL, drop, err := scratchDatabase(ctx, cfg.databaseURL, cfg.keepDB)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	if err := postgres.Migrate(dbURL); err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, dbURL, postgres.PoolConfig{MaxConns: 20})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	natsDir, err := os.MkdirTemp("", "outboxbench-nats-")
+	if err != nil {
+		return fmt.Errorf("nats store dir: %w", err)
+	}
+	defer os.RemoveAll(natsDir)
+	srv, err := broker.StartEmbedded(natsDir, broker.EmbeddedConfig{SyncAlways: cfg.syncAlways}, logger)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	nc, js, err := broker.Connect(srv.ClientURL(), "outboxbench", logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{}); err != nil {
+		return err
+	}
+
+	tenantID, err := seed(ctx, pool)
+	if err != nil {
+		return err
+	}
+	info, err := machine(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "outboxbench: %s\n", info)
+	fmt.Fprintf(stdout, "  JetStream: embedded, file storage in %s, sync_always=%t\n\n", os.TempDir(), cfg.syncAlways)
+
+	probe := newCPUProbe(ctx, pool)
+	var failures []string
+	// The latency phase runs first, on a fresh database: after the
+	// burn-down, autovacuum and a checkpoint would run through it.
+	if cfg.duration > 0 {
+		p99, err := latency(ctx, cfg, pool, js, tenantID, probe, logger, stdout)
+		if err != nil {
+			return err
+		}
+		if cfg.maxP99 > 0 && p99 > cfg.maxP99 {
+			failures = append(failures, fmt.Sprintf("p99 commit-to-consumed %v is above %v", p99, cfg.maxP99))
+		}
+	}
+	rate, rss, err := burnDown(ctx, cfg, pool, js, tenantID, probe, logger, stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.minRate > 0 && rate < cfg.minRate {
+		failures = append(failures, fmt.Sprintf("burn-down %.0f events/s is below %.0f", rate, cfg.minRate))
+	}
+	if cfg.maxRSSMiB > 0 && rss > cfg.maxRSSMiB {
+		failures = append(failures, fmt.Sprintf("peak RSS %.1f MiB is above %.0f MiB", rss, cfg.maxRSSMiB))
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("targets missed: %s", strings.Join(failures, "; "))
+	}
+	fmt.Fprintln(stdout, "\nall targets met")
+	return nil
+}
+
+// burnDown commits cfg.events rows, then lets the dispatchers publish them
+// and reports events/s, peak RSS and CPU per event.
+func burnDown(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.JetStream, tenantID uuid.UUID, probe cpuProbe, logger *slog.Logger, stdout io.Writer) (rate, rssMiB float64, err error) {
+	fmt.Fprintf(stdout, "burn-down: committing %d outbox rows...\n", cfg.events)
+	// A payload of the size of a payment.succeeded event (~300 bytes).
+	_, err = pool.Exec(ctx, `
+		INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
+		SELECT gen_random_uuid(), $1, 'bench.burndown', 'payment', gen_random_uuid(), 'bench-' || g,
+		       jsonb_build_object('id', gen_random_uuid(), 'order_id', gen_random_uuid(), 'status', 'succeeded',
+		                          'amount', 5800, 'currency', 'EUR', 'payment_method', 'pm_card_ok',
+		                          'provider_charge_id', 'ch_' || md5(g::text), 'amount_refunded', 0,
+		                          'created_at', now()),
+		       now()
+		FROM generate_series(1, $2::int) g`, tenantID, cfg.events)
+	if err != nil {
+		return 0, 0, fmt.Errorf("seed outbox: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE outbox_events`); err != nil {
+		return 0, 0, fmt.Errorf("vacuum outbox: %w", err)
+	}
+	before, err := streamMessages(ctx, js)
+	if err != nil {
+		return 0, 0, err
+	}
+	runtime.GC()
+	if err := resetPeakRSS(); err != nil {
+		return 0, 0, err
+	}
+
+	dctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	cpu0 := probe.sample()
+	start := time.Now()
+	for range cfg.dispatchers {
+		d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{BatchSize: cfg.batch}, logger, time.Now, outbox.DispatcherHooks{})
+		if err != nil {
+			stop()
+			wg.Wait()
+			return 0, 0, err
+		}
+		defer d.Close()
+		wg.Go(func() { _ = d.Run(dctx) })
+	}
+	var published int
+	tick := time.NewTicker(20 * time.Millisecond)
+	for published < cfg.events {
+		select {
+		case <-ctx.Done():
+			stop()
+			wg.Wait()
+			return 0, 0, ctx.Err()
+		case <-tick.C:
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL AND event_type = 'bench.burndown'`).Scan(&published); err != nil {
+			stop()
+			wg.Wait()
+			return 0, 0, fmt.Errorf("count published: %w", err)
+		}
+	}
+	elapsed := time.Since(start)
+	cpu := probe.sample().sub(cpu0)
+	tick.Stop()
+	stop()
+	wg.Wait()
+	rss, err := peakRSSMiB()
+	if err != nil {
+		return 0, 0, err
+	}
+	stored, err := streamMessages(ctx, js)
+	if err != nil {
+		return 0, 0, err
+	}
+	if stored-before != uint64(cfg.events) {
+		return 0, 0, fmt.Errorf("the burn-down stored %d messages in the stream, want %d", stored-before, cfg.events)
+	}
+	fmt.Fprintf(stdout, "burn-down: machine during the phase: %s\n", contention())
+	rate = float64(cfg.events) / elapsed.Seconds()
+	fmt.Fprintf(stdout, "burn-down: %d events in %v with %d dispatcher(s), batch %d: %.0f events/s (PubAck awaited, marked published)\n",
+		cfg.events, elapsed.Round(time.Millisecond), cfg.dispatchers, cfg.batch, rate)
+	fmt.Fprintf(stdout, "burn-down: the stream stored %d new messages; peak RSS during the burn-down (VmHWM, process incl. embedded NATS) %.1f MiB\n", stored-before, rss)
+	fmt.Fprintf(stdout, "burn-down: %s\n", probe.perEvent(cpu, cfg.events))
+	return rate, rss, nil
+}
+
+// latency commits paid orders at cfg.rate for cfg.duration with a
+// dispatcher and the fulfillment consumer running, and reports
+// commit-to-consumed percentiles.
+func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.JetStream, tenantID uuid.UUID, probe cpuProbe, logger *slog.Logger, stdout io.Writer) (time.Duration, error) {
+	var (
+		mu         sync.Mutex
+		committed  = make(map[string]time.Time)
+		consumed   = make(map[string]time.Time)
+		duplicates int
+	)
+	hook := func(id string, o fulfillment.Outcome) error {
+		at := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if o == fulfillment.Duplicate {
+			duplicates++
+			return nil
+		}
+		if _, seen := consumed[id]; !seen {
+			consumed[id] = at
+		}
+		return nil
+	}
+	cons := fulfillment.New(pool, js, fulfillment.Config{Workers: cfg.workers}, logger, time.Now, fulfillment.Hooks{AfterCommit: hook})
+	if _, err := cons.Declare(ctx); err != nil {
+		return 0, err
+	}
+	d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{}, logger, time.Now, outbox.DispatcherHooks{})
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close() // runs last: after the workers stopped
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() { _ = cons.Run(wctx) })
+	wg.Go(func() { _ = d.Run(wctx) })
+
+	total := int(cfg.duration.Seconds() * float64(cfg.rate))
+	warm := int(cfg.warmup.Seconds() * float64(cfg.rate))
+	interval := time.Second / time.Duration(cfg.rate)
+	fmt.Fprintf(stdout, "latency: %d paid orders at %d/s for %v, after %v of warm-up...\n", total, cfg.rate, cfg.duration, cfg.warmup)
+	// Each order is committed on its own goroutine at its scheduled time, so
+	// a slow commit does not lower the arrival rate (an open-loop load, as
+	// independent clients would produce). The warm-up's orders (connections
+	// opened, statements prepared, caches filled) are not measured.
+	var (
+		producers sync.WaitGroup
+		prodErr   error
+		slots     = make(chan struct{}, 64)
+		cpu0      cpuSample
+		start     time.Time
+	)
+	begin := time.Now()
+	for i := range warm + total {
+		if i == warm {
+			cpu0, start = probe.sample(), time.Now()
+		}
+		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				producers.Wait()
+				return 0, ctx.Err()
+			case <-t.C:
+			}
+		}
+		slots <- struct{}{}
+		producers.Go(func() {
+			defer func() { <-slots }()
+			id, err := commitPaidOrder(ctx, pool, tenantID, i)
+			at := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				prodErr = errors.Join(prodErr, err)
+				return
+			}
+			if i >= warm {
+				committed[id.String()] = at
+			}
+		})
+	}
+	producers.Wait()
+	if prodErr != nil {
+		return 0, prodErr
+	}
+	produced := time.Since(start)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := 0
+		for id := range committed {
+			if _, ok := consumed[id]; ok {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n >= total {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("only %d of %d events consumed 30s after the last commit", n, total)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the consumer's progress
+	}
+	cpu := probe.sample().sub(cpu0)
+	published, err := publishedAt(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	mu.Lock()
+	lat := make([]time.Duration, 0, total)
+	toPublished := make([]time.Duration, 0, total)
+	for id, c := range committed {
+		// A consumer may finish before the producer has noted the commit
+		// time (it is taken after COMMIT returns): that is a latency of 0.
+		lat = append(lat, max(0, consumed[id].Sub(c)))
+		if p, ok := published[id]; ok {
+			toPublished = append(toPublished, max(0, p.Sub(c)))
+		}
+	}
+	dups := duplicates
+	mu.Unlock()
+	fmt.Fprintf(stdout, "latency: produced %d in %v (%.0f/s); consumed %d, %d duplicate deliveries\n",
+		total, produced.Round(time.Millisecond), float64(total)/produced.Seconds(), len(lat), dups)
+	fmt.Fprintf(stdout, "latency: machine during the phase: %s\n", contention())
+	p99 := percentiles(stdout, "commit-to-consumed", lat)
+	percentiles(stdout, "commit-to-marked-published (the dispatcher's part, for reference)", toPublished)
+	fmt.Fprintf(stdout, "latency: %s (producer, dispatcher and consumer together)\n\n", probe.perEvent(cpu, total))
+	return p99, nil
+}
+
+// percentiles prints p50/p90/p99/max of d and returns p99.
+func percentiles(w io.Writer, what string, d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	p := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	fmt.Fprintf(w, "latency: %s p50 %v  p90 %v  p99 %v  max %v\n", what, round(p(0.50)), round(p(0.90)), round(p(0.99)), round(d[len(d)-1]))
+	return p(0.99)
+}
+
+// publishedAt returns when each payment.succeeded event was marked published.
+func publishedAt(ctx context.Context, pool *pgxpool.Pool) (map[string]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT id::text, published_at FROM outbox_events WHERE event_type = $1 AND published_at IS NOT NULL`, fulfillment.EventPaymentSucceeded)
+	if err != nil {
+		return nil, fmt.Errorf("load published_at: %w", err)
+	}
+	out := make(map[string]time.Time)
+	for rows.Next() {
+		var (
+			id string
+			at time.Time
+		)
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = at
+	}
+	return out, rows.Err()
+}
+
+func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+
+// commitPaidOrder commits what a successful charge commits: the order
+// moved to paid and its payment.succeeded event, in one transaction.
+func commitPaidOrder(ctx context.Context, pool *pgxpool.Pool, tenantID uuid.UUID, i int) (uuid.UUID, error) {
+	orderID, paymentID := uuid.New(), uuid.New()
+	var eventID uuid.UUID
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+			VALUES ($1, $2, $3, '\x00', 'paid', 'EUR', 5800, now(), now())`, orderID, tenantID, "bench-order-"+strconv.Itoa(i)); err != nil {
+			return fmt.Errorf("insert order: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
+			VALUES ($1, 1, $2, 'Mug', 2, 2900, 5800)`, orderID, fmt.Sprintf("bench-%02d", i%benchProducts)); err != nil {
+			return fmt.Errorf("insert order item: %w", err)
+		}
+		var err error
+		eventID, err = outbox.Append(ctx, tx, outbox.Event{
+			TenantID: tenantID, Type: fulfillment.EventPaymentSucceeded, AggregateType: "payment", AggregateID: paymentID,
+			IdempotencyKey: "bench-pay-" + strconv.Itoa(i), OccurredAt: time.Now(),
+			Payload: map[string]any{"id": paymentID, "order_id": orderID, "status": "succeeded", "amount": 5800, "currency": "EUR"},
+		})
+		return err
+	})
+	return eventID, err
+}
+
+// benchProducts is the size of the benchmark's catalog. Orders cycle
+// through it: fulfillment locks the products it takes stock from, so a
+// catalog of one would measure a single hot row instead of the pipeline.
+const benchProducts = 20
+
+// seed creates the benchmark's tenant and its catalog with ample stock.
+func seed(ctx context.Context, pool *pgxpool.Pool) (uuid.UUID, error) {
+	id := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, 'bench', 'Bench', now())`, id); err != nil {
+		return uuid.Nil, fmt.Errorf("seed tenant: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
+		SELECT $1, format('bench-%s', lpad(g::text, 2, '0')), 'Mug', 2900, 'EUR', 1000000000
+		FROM generate_series(0, $2::int - 1) g`, id, benchProducts); err != nil {
+		return uuid.Nil, fmt.Errorf("seed products: %w", err)
+	}
+	return id, nil
+}
+
+// scratchDatabase creates a fresh database next to the one adminURL names
+// and returns its URL and a function that drops it.
+func scratchDatabase(ctx context.Context, adminURL string, keep bool) (string, func(), error) {
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return "", nil, err
+	}
+	name := "outboxbench_" + hex.EncodeToString(suffix[:])
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to %s: %w", redactURL(adminURL), err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return "", nil, fmt.Errorf("create scratch database: %w", err)
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		admin.Close(ctx)
+		return "", nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	u.Path = "/" + name
+	drop := func() {
+		defer admin.Close(context.Background())
+		if keep {
+			fmt.Fprintf(os.Stderr, "outboxbench: kept database %s\n", name)
+			return
+		}
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "outboxbench: drop %s: %v\n", name, err)
+		}
+	}
+	return u.String(), drop, nil
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "DATABASE_URL"
+	}
+	return u.Redacted()
+}
+
+func streamMessages(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	s, err := js.Stream(ctx, broker.StreamEvents)
+	if err != nil {
+		return 0, fmt.Errorf("stream: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.Msgs, nil
+}
+
+// contention describes how busy the machine was, other processes included:
+// the load average and the share of time runnable tasks waited for a CPU
+// over the last minute (/proc/pressure/cpu). A shared machine makes the
+// numbers worse; this says by how much to distrust them.
+func contention() string {
+	load := "?"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			load = f[0]
+		}
+	}
+	pressure := "?"
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+			if v, ok := strings.CutPrefix(f, "avg60="); ok {
+				pressure = v + "%"
+			}
+		}
+	}
+	return fmt.Sprintf("load average (1 min) %s on %d CPUs, CPU pressure (some, avg60) %s", load, runtime.NumCPU(), pressure)
+}
+
+// machine describes where the benchmark runs.
+func machine(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var pg string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&pg); err != nil {
+		return "", fmt.Errorf("server version: %w", err)
+	}
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s), GOMAXPROCS %d, %s, PostgreSQL %s", runtime.NumCPU(), cpu, runtime.GOMAXPROCS(0), runtime.Version(), pg), nil
+}

@@ -1,0 +1,166 @@
+// Package broker owns the connection to NATS JetStream, the embedded server
+// the API runs when no NATS_URL is configured, and the declaration of the
+// event stream.
+//
+// It implements the broker half of rule 8: JetStream deduplicates by message
+// id (the Nats-Msg-Id header, which the outbox sets to the event id) inside a
+// duplicate window, and that is an optimisation, never the guarantee. A
+// message published again after the window, a redelivery after a lost ack,
+// or an operator's replay all reach consumers again; their inbox makes them
+// harmless.
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The event stream. Every outbox event is published on
+// SubjectPrefix + "." + its type, e.g. oncepay.events.payment.succeeded.
+const (
+	// StreamEvents is the name of the stream that stores every event.
+	StreamEvents = "ONCEPAY_EVENTS"
+	// SubjectPrefix is the first part of every event subject.
+	SubjectPrefix = "oncepay.events"
+)
+
+// Headers of an event message besides Nats-Msg-Id (jetstream.MsgIDHeader),
+// which carries the event id. The body is the event's JSON payload as the
+// producer wrote it to the outbox.
+const (
+	HeaderTenantID       = "Oncepay-Tenant-Id"
+	HeaderEventType      = "Oncepay-Event-Type"
+	HeaderAggregateType  = "Oncepay-Aggregate-Type"
+	HeaderAggregateID    = "Oncepay-Aggregate-Id"
+	HeaderIdempotencyKey = "Oncepay-Idempotency-Key"
+	HeaderOccurredAt     = "Oncepay-Occurred-At"
+)
+
+// Subject returns the subject an event of eventType is published on.
+func Subject(eventType string) string { return SubjectPrefix + "." + eventType }
+
+// Defaults of StreamsConfig.
+const (
+	// DefaultDuplicateWindow is JetStream's own default: two minutes in
+	// which a second message with the same Nats-Msg-Id is acknowledged
+	// (PubAck.Duplicate) but not stored again.
+	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultMaxAge keeps events in the stream for a week, so a consumer
+	// that was down, or a new one, can catch up.
+	DefaultMaxAge = 7 * 24 * time.Hour
+)
+
+// StreamsConfig tunes the stream. Zero values take the defaults above.
+type StreamsConfig struct {
+	// DuplicateWindow is the stream's deduplication window (default
+	// DefaultDuplicateWindow). Tests shorten it to watch a duplicate get
+	// through.
+	DuplicateWindow time.Duration
+	// MaxAge is how long the stream keeps a message (default
+	// DefaultMaxAge). It bounds how late the broker can deliver a message
+	// again, and so how long consumers must keep their inbox rows.
+	MaxAge time.Duration
+	// Replicas is the stream's replication factor (default 1: the embedded
+	// server is a single node; use 3 on a cluster).
+	Replicas int
+}
+
+// StreamConfig returns the JetStream configuration of the event stream:
+// file storage, limits retention (messages stay for MaxAge whoever consumed
+// them, so several consumers can read the same events), the duplicate window.
+func StreamConfig(cfg StreamsConfig) jetstream.StreamConfig {
+	if cfg.DuplicateWindow == 0 {
+		cfg.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	return jetstream.StreamConfig{
+		Name:        StreamEvents,
+		Description: "oncepay outbox events, published at least once with the event id as Nats-Msg-Id",
+		Subjects:    []string{SubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.DuplicateWindow,
+		Replicas:    cfg.Replicas,
+	}
+}
+
+// EnsureStreams declares the event stream, creating it or updating it to
+// cfg. It is idempotent: every process calls it at start.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
+	sc := StreamConfig(cfg)
+	if sc.Duplicates > sc.MaxAge {
+		return fmt.Errorf("stream %s: duplicate window %v exceeds max age %v", sc.Name, sc.Duplicates, sc.MaxAge)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// Connect connects to the NATS server at url and returns the connection and
+// its JetStream context. The connection reconnects forever: while the broker
+// is away, the outbox keeps the events (the dispatcher records failed
+// attempts and backs off) and consumers simply receive nothing, so there is
+// no point at which giving up would help. name shows in the server's
+// connection list.
+func Connect(url, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.Timeout(5*time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected", "error", err.Error())
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			logger.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			logger.Warn("nats async error", "subject", subject, "error", err.Error())
+		}),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to nats at %s: %w", redact(url), err)
+	}
+	// An async publish whose PubAck never comes (the server went away
+	// mid-flight) fails after this long instead of waiting forever; the
+	// dispatcher bounds its own wait more tightly.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream context: %w", err)
+	}
+	return nc, js, nil
+}
+
+// redact drops credentials from a NATS URL for error messages.
+func redact(url string) string {
+	for i := len("nats://"); i < len(url); i++ {
+		switch url[i] {
+		case '@':
+			return "nats://***" + url[i:]
+		case '/':
+			return url
+		}
+	}
+	return url
+}

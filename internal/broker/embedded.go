@@ -1,0 +1,166 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedConfig tunes the embedded server.
+type EmbeddedConfig struct {
+	// Port is the TCP port on 127.0.0.1. Zero, the default, lets the kernel
+	// pick a free one; a fixed port is only for restarting a server on the
+	// port its clients already know (see Embedded.Port).
+	Port int
+	// SyncAlways makes JetStream fsync every message before it sends the
+	// PubAck. Off (JetStream's default), messages are written to the file
+	// store at once and fsynced every two minutes: a crash of the process
+	// loses nothing, a power loss can lose the last unsynced messages even
+	// though the outbox has marked them published.
+	SyncAlways bool
+}
+
+// Embedded is a nats-server with JetStream running inside this process,
+// listening on a loopback port. It is the default for `make run` and the
+// tests; production points NATS_URL at a real cluster.
+type Embedded struct {
+	srv  *server.Server
+	dir  string
+	port int
+	once sync.Once
+}
+
+// StartEmbedded starts a nats-server with JetStream storing its files under
+// dir (created if needed; the same dir keeps the streams across restarts),
+// bound to 127.0.0.1. It returns once the server accepts connections.
+func StartEmbedded(dir string, cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
+	if dir == "" {
+		// nats-server would fall back to a directory under os.TempDir()
+		// that every embedded server of the machine shares.
+		return nil, errors.New("embedded nats-server: a store directory is required")
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "oncepay-embedded",
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		SyncAlways: cfg.SyncAlways,
+		// The embedding process owns the signals. No monitoring, cluster,
+		// gateway or leaf node port is configured, so nothing else listens.
+		NoSigs: true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	srv.SetLoggerV2(slogAdapter{logger}, false, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats-server did not start within 10s (store %s)", dir)
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats-server: unexpected listen address %v", srv.Addr())
+	}
+	e := &Embedded{srv: srv, dir: dir, port: addr.Port}
+	// Operator commands of other processes (`api outbox replay`) find the
+	// server through this file; the port is random.
+	if err := os.WriteFile(filepath.Join(dir, urlFile), []byte(e.ClientURL()+"\n"), 0o600); err != nil {
+		e.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server: write %s: %w", urlFile, err)
+	}
+	logger.Info("embedded nats-server started", "url", e.ClientURL(), "store_dir", dir)
+	return e, nil
+}
+
+// urlFile, in the store directory, holds the client URL of the embedded
+// server while it runs.
+const urlFile = "client-url"
+
+// EmbeddedURL returns the client URL of the embedded server that runs (in
+// another process) on the store directory dir. Never start a second
+// embedded server on a directory in use: connect to the running one.
+func EmbeddedURL(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, urlFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no embedded nats-server runs on %s (start `api serve`, or set NATS_URL)", dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read embedded nats-server URL: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (e *Embedded) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.port) }
+
+// Port is the port the server listens on. Passing it to StartEmbedded with
+// the same dir brings the same server back, and clients reconnect to it.
+func (e *Embedded) Port() int { return e.port }
+
+// Dir is the store directory.
+func (e *Embedded) Dir() string { return e.dir }
+
+// Shutdown stops the server and waits until it has closed its store. Call it
+// after the connections that use it are drained: clients see a disconnect.
+// It is safe to call more than once.
+func (e *Embedded) Shutdown() {
+	e.once.Do(func() {
+		_ = os.Remove(filepath.Join(e.dir, urlFile))
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	})
+}
+
+// slogAdapter routes nats-server's log lines to slog. Its notices (startup
+// banners, limits) are debug lines here; warnings and errors stay what they are.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) {
+	if !a.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	a.l.Debug(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+
+func (a slogAdapter) Warnf(format string, v ...any) {
+	a.l.Warn(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+
+// Fatalf is logged as an error: the server shuts itself down after a fatal
+// condition, and the process decides what that means.
+func (a slogAdapter) Fatalf(format string, v ...any) {
+	a.l.Error(fmt.Sprintf(format, v...), "component", "nats-server", "fatal", true)
+}
+
+func (a slogAdapter) Errorf(format string, v ...any) {
+	a.l.Error(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+
+func (a slogAdapter) Debugf(format string, v ...any) {
+	if !a.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	a.l.Debug(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+
+func (a slogAdapter) Tracef(string, ...any) {}

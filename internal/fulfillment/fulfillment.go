@@ -1,0 +1,404 @@
+// Package fulfillment is the demo consumer of the event stream: when a
+// payment succeeds it takes the order's items out of stock, marks the order
+// fulfilled and records a receipt; when a refund succeeds it records a
+// refund notice.
+//
+// It implements the consumer half of rule 6 and rule 8. Every message is
+// handled in one transaction that first claims the message id in the inbox
+// (internal/inbox) and then does the work; the ack is sent only after that
+// transaction committed. A message that arrives again (JetStream redelivers
+// when an ack is lost, as in drill 4; the outbox publishes again after a
+// dispatcher crash or beyond the duplicate window, as in drill 6; an
+// operator replays it) finds its inbox row, commits nothing, and is acked.
+//
+// Stock never goes negative. Fulfillment locks the order and its products
+// (in SKU order, so concurrent fulfillments cannot deadlock) and either
+// takes every line out of stock and marks the order fulfilled, or, when any
+// line is short, takes nothing, leaves the order paid and records a
+// backorder notice instead (products.stock also has CHECK (stock >= 0)).
+// Only a paid order is fulfilled: the status moves forward only
+// (OrderAdvanceStatus), so an order refunded before its payment.succeeded
+// arrived is not shipped, and the status is a business-level guard that
+// outlives the inbox's retention.
+package fulfillment
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// Subscriber names this consumer in the inbox and is its durable name.
+const Subscriber = "fulfillment"
+
+// The event types fulfillment acts on. They are the producer's names
+// (payments.EventPaymentSucceeded and payments.EventRefundSucceeded; a test
+// keeps them equal): a consumer reads the contract, it does not import the
+// producer.
+const (
+	EventPaymentSucceeded = "payment.succeeded"
+	EventRefundSucceeded  = "refund.succeeded"
+)
+
+// Outcome says what processing a message did.
+type Outcome string
+
+// Outcomes of Process.
+const (
+	// Fulfilled: stock taken, order fulfilled, receipt recorded.
+	Fulfilled Outcome = "fulfilled"
+	// Backordered: stock did not suffice; nothing taken, the order stays
+	// paid, a backorder notice recorded.
+	Backordered Outcome = "backordered"
+	// RefundNoted: a refund notice recorded.
+	RefundNoted Outcome = "refund_noted"
+	// Skipped: the order is not paid (already fulfilled, or refunded
+	// first); nothing to do.
+	Skipped Outcome = "skipped"
+	// Ignored: an event type fulfillment does not act on (the consumer's
+	// filter normally keeps them away).
+	Ignored Outcome = "ignored"
+	// Duplicate: the inbox already had the message id; nothing done.
+	Duplicate Outcome = "duplicate"
+)
+
+// Notification kinds (notifications.kind).
+const (
+	KindReceipt   = "receipt"
+	KindBackorder = "backorder"
+	KindRefund    = "refund"
+)
+
+// Config tunes the consumer. Zero values take the defaults named on each
+// field; the durable consumer is declared with them (see ConsumerConfig).
+type Config struct {
+	// AckWait is how long JetStream waits for an ack before it delivers the
+	// message again (default 30s). A handler that commits and dies before
+	// its ack is redelivered after it.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of one message (default 10). A
+	// message that failed that often is logged as an error and left in the
+	// stream; after the cause is fixed, an operator replays its event.
+	MaxDeliver int
+	// MaxAckPending bounds unacknowledged messages in flight (default 1000).
+	MaxAckPending int
+	// Workers is the number of messages processed concurrently (default 4),
+	// each on its own pull subscription of the durable consumer.
+	Workers int
+	// ProcessTimeout bounds one message's transaction (default 10s).
+	ProcessTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 10
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 1000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.ProcessTimeout <= 0 {
+		c.ProcessTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// Hooks inject faults for the failure drills and let tests and the
+// benchmark observe processing; nil in production.
+type Hooks struct {
+	// AfterCommit runs after a message's transaction committed (or found a
+	// duplicate) and before the ack. An error skips the ack, as a crash
+	// would (drill 4): JetStream delivers the message again after AckWait.
+	AfterCommit func(messageID string, outcome Outcome) error
+}
+
+// Consumer is the fulfillment consumer.
+type Consumer struct {
+	pool   *pgxpool.Pool
+	js     jetstream.JetStream
+	cfg    Config
+	logger *slog.Logger
+	now    func() time.Time
+	hooks  Hooks
+}
+
+// New returns the consumer. Declare it at start; Run consumes.
+func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, logger *slog.Logger, now func() time.Time, hooks Hooks) *Consumer {
+	return &Consumer{pool: pool, js: js, cfg: cfg.withDefaults(), logger: logger, now: now, hooks: hooks}
+}
+
+// ConsumerConfig is the durable pull consumer on broker.StreamEvents:
+// explicit acks, AckWait, MaxDeliver, MaxAckPending from Config, filtered to
+// the two event types, delivering everything from the start of the stream
+// when it is first created.
+func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:     Subscriber,
+		Description: "fulfillment: stock, order status and notifications; inbox-deduplicated",
+		FilterSubjects: []string{
+			broker.Subject(EventPaymentSucceeded),
+			broker.Subject(EventRefundSucceeded),
+		},
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.cfg.AckWait,
+		MaxDeliver:    c.cfg.MaxDeliver,
+		MaxAckPending: c.cfg.MaxAckPending,
+	}
+}
+
+// Declare creates the durable consumer or updates it to ConsumerConfig. It
+// is idempotent; call it at start, after broker.EnsureStreams.
+func (c *Consumer) Declare(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, broker.StreamEvents, c.ConsumerConfig())
+	if err != nil {
+		return nil, fmt.Errorf("declare consumer %s on %s: %w", Subscriber, broker.StreamEvents, err)
+	}
+	return cons, nil
+}
+
+// Message is an event as the consumer reads it from the broker.
+type Message struct {
+	// ID is the event id (Nats-Msg-Id), the inbox key.
+	ID       string
+	Type     string
+	TenantID uuid.UUID
+	Payload  []byte
+}
+
+// permanentError marks a message that no retry can process (a malformed
+// payload, an order that does not exist): it is terminated, not redelivered.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(format string, args ...any) error {
+	return &permanentError{err: fmt.Errorf(format, args...)}
+}
+
+// Process handles one message in one transaction: the inbox claim first,
+// then the effect, committed together. It returns Duplicate, with nothing
+// changed, for a message id processed before.
+func (c *Consumer) Process(ctx context.Context, m Message) (Outcome, error) {
+	var outcome Outcome
+	err := postgres.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		first, err := inbox.Claim(ctx, tx, Subscriber, m.ID)
+		if err != nil {
+			return err
+		}
+		if !first {
+			// The transaction changed nothing; committing it is committing
+			// nothing.
+			outcome = Duplicate
+			return nil
+		}
+		switch m.Type {
+		case EventPaymentSucceeded:
+			outcome, err = c.fulfill(ctx, tx, m)
+		case EventRefundSucceeded:
+			outcome, err = c.noteRefund(ctx, tx, m)
+		default:
+			outcome = Ignored
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
+
+// The parts of the producers' payloads fulfillment reads.
+type (
+	paymentPayload struct {
+		ID      uuid.UUID `json:"id"`
+		OrderID uuid.UUID `json:"order_id"`
+	}
+	refundPayload struct {
+		OrderID        uuid.UUID `json:"order_id"`
+		PaymentID      uuid.UUID `json:"payment_id"`
+		AmountRefunded int64     `json:"amount_refunded"`
+		PaymentAmount  int64     `json:"payment_amount"`
+		Refund         struct {
+			ID     uuid.UUID `json:"id"`
+			Amount int64     `json:"amount"`
+		} `json:"refund"`
+	}
+)
+
+// Notification bodies: our own wire types, never generated rows.
+type (
+	receiptJSON struct {
+		OrderID   uuid.UUID  `json:"order_id"`
+		PaymentID uuid.UUID  `json:"payment_id"`
+		Amount    int64      `json:"amount"`
+		Currency  string     `json:"currency"`
+		Items     []lineJSON `json:"items"`
+	}
+	lineJSON struct {
+		SKU      string `json:"sku"`
+		Name     string `json:"name,omitempty"`
+		Quantity int32  `json:"quantity"`
+		InStock  *int64 `json:"in_stock,omitempty"`
+	}
+	backorderJSON struct {
+		OrderID uuid.UUID  `json:"order_id"`
+		Short   []lineJSON `json:"short"`
+	}
+	refundJSON struct {
+		OrderID        uuid.UUID `json:"order_id"`
+		PaymentID      uuid.UUID `json:"payment_id"`
+		RefundID       uuid.UUID `json:"refund_id"`
+		Amount         int64     `json:"amount"`
+		AmountRefunded int64     `json:"amount_refunded"`
+		Full           bool      `json:"full"`
+	}
+)
+
+// fulfill ships a paid order or backorders it.
+func (c *Consumer) fulfill(ctx context.Context, tx pgx.Tx, m Message) (Outcome, error) {
+	var p paymentPayload
+	if err := json.Unmarshal(m.Payload, &p); err != nil || p.OrderID == uuid.Nil {
+		return "", permanent("payment.succeeded %s: payload has no order_id: %v", m.ID, err)
+	}
+	q := dbsqlc.New(tx)
+	order, err := q.OrderGetForUpdate(ctx, dbsqlc.OrderGetForUpdateParams{TenantID: m.TenantID, ID: p.OrderID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", permanent("payment.succeeded %s: tenant %s has no order %s", m.ID, m.TenantID, p.OrderID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("lock order %s: %w", p.OrderID, err)
+	}
+	if order.Status != "paid" {
+		c.logger.InfoContext(ctx, "order not fulfilled: it is not paid", "event_id", m.ID, "order_id", order.ID, "status", order.Status)
+		return Skipped, nil
+	}
+	stock, err := q.FulfillmentLockStock(ctx, dbsqlc.FulfillmentLockStockParams{TenantID: order.TenantID, OrderID: order.ID})
+	if err != nil {
+		return "", fmt.Errorf("lock stock of order %s: %w", order.ID, err)
+	}
+	var short, lines []lineJSON
+	for _, s := range stock {
+		lines = append(lines, lineJSON{SKU: s.Sku, Name: s.Name, Quantity: s.Quantity})
+		if s.Stock < int64(s.Quantity) {
+			short = append(short, lineJSON{SKU: s.Sku, Quantity: s.Quantity, InStock: &s.Stock})
+		}
+	}
+	if len(stock) == 0 || int(stock[0].OrderLines) != len(stock) {
+		// A line names a product the catalog no longer has: it cannot ship.
+		if short, err = missingLines(ctx, q, order.ID, stock, short); err != nil {
+			return "", err
+		}
+	}
+	if len(short) > 0 {
+		if err := c.notify(ctx, q, order, m, KindBackorder, backorderJSON{OrderID: order.ID, Short: short}); err != nil {
+			return "", err
+		}
+		c.logger.WarnContext(ctx, "order backordered: not enough stock", "event_id", m.ID, "order_id", order.ID, "short_lines", len(short))
+		return Backordered, nil
+	}
+	taken, err := q.FulfillmentTakeStock(ctx, dbsqlc.FulfillmentTakeStockParams{TenantID: order.TenantID, OrderID: order.ID})
+	if err != nil {
+		return "", fmt.Errorf("take stock for order %s: %w", order.ID, err)
+	}
+	if taken != int64(len(lines)) { // cannot happen under the row locks; never ship half an order
+		return "", fmt.Errorf("take stock for order %s: %d of %d lines taken", order.ID, taken, len(lines))
+	}
+	advanced, err := q.OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: "fulfilled", Now: c.nowUTC(), ID: order.ID})
+	if err != nil {
+		return "", fmt.Errorf("mark order %s fulfilled: %w", order.ID, err)
+	}
+	if advanced != 1 { // the order is locked and paid; a refusal here is a bug
+		return "", fmt.Errorf("mark order %s fulfilled: status did not advance", order.ID)
+	}
+	return Fulfilled, c.notify(ctx, q, order, m, KindReceipt, receiptJSON{
+		OrderID: order.ID, PaymentID: p.ID, Amount: order.AmountTotal, Currency: order.Currency, Items: lines,
+	})
+}
+
+// missingLines adds to short the lines of the order whose product is not in
+// the catalog (they have no row in stock).
+func missingLines(ctx context.Context, q *dbsqlc.Queries, orderID uuid.UUID, stock []dbsqlc.FulfillmentLockStockRow, short []lineJSON) ([]lineJSON, error) {
+	items, err := q.OrderItemsGet(ctx, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("load items of order %s: %w", orderID, err)
+	}
+	found := make(map[string]bool, len(stock))
+	for _, s := range stock {
+		found[s.Sku] = true
+	}
+	zero := int64(0)
+	for _, it := range items {
+		if !found[it.Sku] {
+			short = append(short, lineJSON{SKU: it.Sku, Quantity: it.Quantity, InStock: &zero})
+		}
+	}
+	if len(short) == 0 { // an order without lines: nothing to ship is nothing to take
+		return nil, permanent("order %s has no lines", orderID)
+	}
+	return short, nil
+}
+
+// noteRefund records a refund notice. The payments service already moved
+// the order to (partially_)refunded in the refund's own transaction.
+func (c *Consumer) noteRefund(ctx context.Context, tx pgx.Tx, m Message) (Outcome, error) {
+	var p refundPayload
+	if err := json.Unmarshal(m.Payload, &p); err != nil || p.OrderID == uuid.Nil {
+		return "", permanent("refund.succeeded %s: payload has no order_id: %v", m.ID, err)
+	}
+	q := dbsqlc.New(tx)
+	order, err := q.OrderGet(ctx, dbsqlc.OrderGetParams{TenantID: m.TenantID, ID: p.OrderID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", permanent("refund.succeeded %s: tenant %s has no order %s", m.ID, m.TenantID, p.OrderID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("load order %s: %w", p.OrderID, err)
+	}
+	return RefundNoted, c.notify(ctx, q, order, m, KindRefund, refundJSON{
+		OrderID: order.ID, PaymentID: p.PaymentID, RefundID: p.Refund.ID, Amount: p.Refund.Amount,
+		AmountRefunded: p.AmountRefunded, Full: p.AmountRefunded == p.PaymentAmount,
+	})
+}
+
+func (c *Consumer) notify(ctx context.Context, q *dbsqlc.Queries, order dbsqlc.Order, m Message, kind string, body any) error {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("notification id: %w", err)
+	}
+	eventID, err := uuid.Parse(m.ID)
+	if err != nil {
+		return permanent("message id %q is not an event id: %v", m.ID, err)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode %s notification: %w", kind, err)
+	}
+	err = q.NotificationInsert(ctx, dbsqlc.NotificationInsertParams{
+		ID: id, TenantID: order.TenantID, OrderID: order.ID, Kind: kind, EventID: eventID, Body: raw, CreatedAt: c.nowUTC(),
+	})
+	if err != nil {
+		return fmt.Errorf("record %s notification for order %s: %w", kind, order.ID, err)
+	}
+	return nil
+}
+
+func (c *Consumer) nowUTC() time.Time { return c.now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,70 @@
+// Package inbox is the consumer half of rule 6: a consumer records the id of
+// every message it processes in processed_messages, in the same transaction
+// as the message's effect. The first delivery inserts the row and does the
+// work; every later delivery of the same message (a redelivery after a lost
+// ack, a publish after the broker's duplicate window, an operator's replay)
+// conflicts on the primary key, and the consumer acks it without doing
+// anything. This, not the broker's deduplication, is what makes duplicate
+// deliveries harmless (rule 8).
+//
+// Rows must be kept at least as long as a message may be delivered again.
+// The broker's horizon is the event stream's max age (broker.DefaultMaxAge,
+// 7 days): while a message is in the stream, a consumer reset or a new
+// durable can be handed it again. JetStream's own redelivery of an
+// unacknowledged message ends far sooner (fulfillment gives up after 10
+// deliveries, within the hour). An operator's replay reaches further back;
+// internal/retention holds the horizons and the retention the sweeper
+// applies to processed_messages.
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+)
+
+// Claim records in tx that subscriber processed messageID. first is true
+// when this is the first time: the caller does its work in the same tx and
+// commits both, then acks. first is false when the message was processed
+// before: the caller does nothing and acks.
+//
+// Concurrent claims of one message (a redelivery while the first delivery
+// is still being processed) are decided by the primary key: the second one
+// waits for the first transaction and gets first=false if it committed, or
+// first=true if it rolled back. processed_at is the database's clock, the
+// same clock the sweeper will compare it with.
+func Claim(ctx context.Context, tx dbsqlc.DBTX, subscriber, messageID string) (first bool, err error) {
+	if subscriber == "" || messageID == "" {
+		return false, fmt.Errorf("inbox claim: subscriber %q and message id %q must not be empty", subscriber, messageID)
+	}
+	n, err := dbsqlc.New(tx).InboxClaim(ctx, dbsqlc.InboxClaimParams{Subscriber: subscriber, MessageID: messageID})
+	if err != nil {
+		return false, fmt.Errorf("inbox claim %s for %s: %w", messageID, subscriber, err)
+	}
+	return n == 1, nil
+}
+
+// Processed is one subscriber's record of a message.
+type Processed struct {
+	Subscriber  string
+	ProcessedAt time.Time
+}
+
+// ProcessedBy returns, for each of messageIDs that was processed, who
+// processed it and when, oldest first.
+func ProcessedBy(ctx context.Context, db dbsqlc.DBTX, messageIDs []string) (map[string][]Processed, error) {
+	out := make(map[string][]Processed)
+	if len(messageIDs) == 0 {
+		return out, nil
+	}
+	rows, err := dbsqlc.New(db).InboxListForMessages(ctx, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("list processed messages: %w", err)
+	}
+	for _, r := range rows {
+		out[r.MessageID] = append(out[r.MessageID], Processed{Subscriber: r.Subscriber, ProcessedAt: r.ProcessedAt})
+	}
+	return out, nil
+}

@@ -1,0 +1,470 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/dbsqlc"
+)
+
+// NotifyChannel is the PostgreSQL channel the outbox insert trigger
+// notifies (migration 000003) and the dispatchers listen on.
+const NotifyChannel = "oncepay_outbox"
+
+// maxErrorLen bounds last_error.
+const maxErrorLen = 1000
+
+// DispatcherConfig tunes a Dispatcher. Zero values take the defaults named
+// on each field.
+type DispatcherConfig struct {
+	// BatchSize is how many rows one claim takes (default 500). A batch is
+	// published with asynchronous publishes and marked published with one
+	// UPDATE, so larger batches mean fewer round trips.
+	BatchSize int
+	// Lease is how long a claimed row stays the claimer's (default 30s). It
+	// must comfortably exceed PublishTimeout: a row whose lease runs out
+	// while it is still being published is claimed and published again by
+	// another dispatcher (harmless, but wasted).
+	Lease time.Duration
+	// PollInterval is the backstop for lost notifications and the cadence
+	// at which rows in backoff are retried (default 1s).
+	PollInterval time.Duration
+	// PublishTimeout bounds the wait for a batch's PubAcks (default 10s).
+	// A row without its PubAck by then counts as a failed attempt.
+	PublishTimeout time.Duration
+	// MaxAttempts is the number of failed attempts after which a row is
+	// stuck (default 10): it is no longer retried automatically, it shows
+	// as stuck in GET /v1/events and in the log, and an operator retries it
+	// with Retry.
+	MaxAttempts int
+	// Concurrency is the number of claim-publish-mark loops one dispatcher
+	// runs (default 2). Two loops overlap one batch's database work with
+	// the other's publishing; they claim disjoint rows like separate
+	// dispatchers do.
+	Concurrency int
+	// BackoffBase and BackoffMax shape the wait after a failed attempt:
+	// BackoffBase * 2^(attempts-1), capped at BackoffMax, with jitter
+	// (defaults 1s and 5m).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+func (c DispatcherConfig) withDefaults() DispatcherConfig {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 2
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 5 * time.Minute
+	}
+	return c
+}
+
+// DispatcherHooks inject faults for the failure drills; nil in production.
+type DispatcherHooks struct {
+	// AfterPublish runs after the broker acknowledged the published rows of
+	// a batch and before they are marked published. An error stops the
+	// round right there, as a crash would: the rows stay leased until the
+	// lease runs out, and are then published again (drill 6).
+	AfterPublish func(ids []uuid.UUID) error
+}
+
+// Dispatcher publishes the outbox to JetStream, at least once, with the
+// event id as Nats-Msg-Id.
+//
+// A round claims a batch of due rows (FOR UPDATE SKIP LOCKED, then a lease,
+// in one short transaction), publishes them outside any transaction,
+// waits for every PubAck, and marks the acknowledged rows published in one
+// UPDATE; rows that failed get an attempt, an error and a backoff. Several
+// dispatchers, in one process or many, share the table safely: a claim
+// skips rows another dispatcher locked or leased. A dispatcher that dies
+// mid-batch leaves leased rows behind; when the lease runs out they are
+// claimed and published again, which is why publishing is at least once
+// and consumers keep an inbox.
+//
+// No row is ever skipped because it committed late. The claim asks for
+// "unpublished", not for "seq above the last one published": a transaction
+// that took seq 5 and commits after seqs 6..100 were published leaves an
+// unpublished row behind, which the next round (woken by that very commit's
+// notification) claims like any other. Sequence numbers are allocated at
+// insert and become visible at commit, so a high-water mark would lose
+// exactly these rows. The price is that events reach the stream in commit
+// order only roughly; consumers must not depend on order (fulfillment's
+// status changes are forward-only).
+type Dispatcher struct {
+	// pool is the service's pool; the dispatcher takes its configuration
+	// for its own connections: book, and the listening connection.
+	pool *pgxpool.Pool
+	// book runs the dispatcher's bookkeeping with synchronous_commit off
+	// (see NewDispatcher).
+	book   *pgxpool.Pool
+	js     jetstream.JetStream
+	cfg    DispatcherConfig
+	logger *slog.Logger
+	now    func() time.Time
+	hooks  DispatcherHooks
+	// wake is shared by the loops: a notification wakes one idle loop, and
+	// a loop that claimed a full batch wakes another to help drain.
+	wake chan struct{}
+}
+
+// NewDispatcher returns a dispatcher that publishes with js. Call Run, and
+// Close after it returned.
+//
+// The dispatcher opens its own connections to pool's database (at most
+// Concurrency+1, and one more to listen), because all it writes is
+// bookkeeping of an at-least-once process, and those connections commit
+// with synchronous_commit off: no wait for the WAL flush, one round trip
+// per claim and per mark. If a crash of PostgreSQL loses the last few
+// milliseconds of commits, a lease disappears (the rows are claimed again),
+// a published mark disappears (the rows are published again: a duplicate
+// that the stream's window or the consumers' inbox absorbs), or a failed
+// attempt goes uncounted. Nothing the business depends on is written on
+// them: the outbox rows themselves and the consumers' effects commit
+// synchronously on the service's pool.
+func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherConfig, logger *slog.Logger, now func() time.Time, hooks DispatcherHooks) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	pc := pool.Config() // a deep copy
+	pc.MinConns = 0
+	pc.MaxConns = int32(cfg.Concurrency) + 1
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pc.ConnConfig.RuntimeParams["application_name"] = "oncepay-outbox"
+	book, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
+	if err != nil {
+		return nil, fmt.Errorf("outbox dispatcher pool: %w", err)
+	}
+	return &Dispatcher{
+		pool: pool, book: book, js: js, cfg: cfg, logger: logger, now: now, hooks: hooks,
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// Close releases the dispatcher's own connections. Call it after Run
+// returned.
+func (d *Dispatcher) Close() { d.book.Close() }
+
+// Notify wakes Run for a round. It never blocks; wake-ups that arrive while
+// one is pending merge into it. Run calls it on every notification; callers
+// in the same process may call it too.
+func (d *Dispatcher) Notify() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) nowUTC() time.Time { return d.now().UTC().Truncate(time.Microsecond) }
+
+// Result counts what one DispatchOnce did.
+type Result struct {
+	// Claimed rows, published (acknowledged and marked) rows, and rows whose
+	// attempt failed. Stuck counts the failed rows that reached MaxAttempts.
+	Claimed, Published, Failed, Stuck int
+}
+
+// DispatchOnce claims one batch of due rows, publishes it and records the
+// outcome. The error is for the round as a whole (database unreachable);
+// a failed publish is not an error but a recorded attempt.
+//
+// Once a batch is claimed, DispatchOnce finishes it even when ctx is
+// cancelled, bounded by PublishTimeout: a shutdown does not leave rows
+// leased behind for a full lease.
+func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	token, err := uuid.NewV7()
+	if err != nil {
+		return Result{}, fmt.Errorf("claim token: %w", err)
+	}
+	now := d.nowUTC()
+	began := time.Now()
+	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
+		Now:        now,
+		MaxRows:    int32(d.cfg.BatchSize),
+		LeaseUntil: now.Add(d.cfg.Lease),
+		Token:      token,
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	res := Result{Claimed: len(rows)}
+	if len(rows) == 0 {
+		return res, nil
+	}
+	if len(rows) == d.cfg.BatchSize {
+		// More rows are probably waiting: wake another loop to claim the
+		// next batch while this one publishes.
+		d.Notify()
+	}
+	// UPDATE ... RETURNING keeps no order; publish oldest first.
+	slices.SortFunc(rows, func(a, b dbsqlc.OutboxEvent) int { return cmp.Compare(a.Seq, b.Seq) })
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout+5*time.Second)
+	defer cancel()
+	claimed := time.Now()
+	errs := d.publish(ctx, rows)
+	acked := time.Now()
+
+	published := make([]uuid.UUID, 0, len(rows))
+	var failed []int
+	for i, r := range rows {
+		if errs[i] == nil {
+			published = append(published, r.ID)
+		} else {
+			failed = append(failed, i)
+		}
+	}
+	if h := d.hooks.AfterPublish; h != nil && len(published) > 0 {
+		if err := h(published); err != nil {
+			return res, err
+		}
+	}
+	if len(published) > 0 {
+		n, err := dbsqlc.New(d.book).OutboxMarkPublished(ctx, dbsqlc.OutboxMarkPublishedParams{PublishedAt: d.nowUTC(), Ids: published})
+		if err != nil {
+			// The rows stay leased and are published again after the
+			// lease: a duplicate the stream's window or the inbox absorbs.
+			return res, fmt.Errorf("mark %d outbox events published: %w", len(published), err)
+		}
+		res.Published = int(n)
+	}
+	if len(failed) > 0 {
+		stuck, err := d.recordFailures(ctx, token, rows, errs, failed)
+		if err != nil {
+			return res, err
+		}
+		res.Failed, res.Stuck = len(failed), stuck
+	}
+	d.logger.DebugContext(ctx, "outbox batch dispatched", "claimed", res.Claimed, "published", res.Published, "failed", res.Failed,
+		"claim_ms", ms(claimed.Sub(began)), "publish_ms", ms(acked.Sub(claimed)), "record_ms", ms(time.Since(acked)))
+	return res, nil
+}
+
+// publish sends rows with asynchronous publishes and waits for every
+// PubAck, at most PublishTimeout. errs[i] is nil when rows[i] was
+// acknowledged (stored, or recognised as a duplicate within the window).
+func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []error {
+	errs := make([]error, len(rows))
+	futures := make([]jetstream.PubAckFuture, len(rows))
+	for i, r := range rows {
+		f, err := d.js.PublishMsgAsync(message(r))
+		if err != nil {
+			errs[i] = fmt.Errorf("publish: %w", err)
+			continue
+		}
+		futures[i] = f
+	}
+	wait, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+	defer cancel()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("publish: %w", err)
+		case <-wait.Done():
+			errs[i] = fmt.Errorf("no PubAck within %v", d.cfg.PublishTimeout)
+		}
+	}
+	return errs
+}
+
+// recordFailures counts a failed attempt for each failed row and reports how
+// many became stuck.
+func (d *Dispatcher) recordFailures(ctx context.Context, token uuid.UUID, rows []dbsqlc.OutboxEvent, errs []error, failed []int) (int, error) {
+	now := d.nowUTC()
+	p := dbsqlc.OutboxRecordFailuresParams{Now: now, Token: token}
+	for _, i := range failed {
+		attempts := int(rows[i].Attempts) + 1
+		p.Ids = append(p.Ids, rows[i].ID)
+		p.LastErrors = append(p.LastErrors, truncate(errs[i].Error(), maxErrorLen))
+		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.BackoffBase, d.cfg.BackoffMax, rand.Float64())))
+		p.Stuck = append(p.Stuck, attempts >= d.cfg.MaxAttempts)
+	}
+	recorded, err := dbsqlc.New(d.book).OutboxRecordFailures(ctx, p)
+	if err != nil {
+		return 0, fmt.Errorf("record %d failed outbox publishes: %w", len(failed), err)
+	}
+	stuck := 0
+	for _, r := range recorded {
+		if r.StuckAt != nil {
+			stuck++
+			d.logger.ErrorContext(ctx, "outbox event stuck: no more automatic attempts; retry it once the cause is fixed",
+				"event_id", r.ID, "tenant_id", r.TenantID, "type", r.EventType, "attempts", r.Attempts, "error", p.LastErrors[slices.Index(p.Ids, r.ID)])
+		}
+	}
+	if retrying := len(recorded) - stuck; retrying > 0 {
+		d.logger.WarnContext(ctx, "outbox events not published; will retry", "count", retrying, "first_error", p.LastErrors[0])
+	}
+	return stuck, nil
+}
+
+// Backoff is the wait after the attempts-th failed attempt: base * 2^(attempts-1),
+// capped at max, of which the upper half is scaled by jitter in [0, 1) so that
+// rows failing together do not retry together.
+func Backoff(attempts int, base, max time.Duration, jitter float64) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < max; i++ { // at most 63 doublings
+		d *= 2
+	}
+	if d > max || d <= 0 {
+		d = max
+	}
+	return d/2 + time.Duration(float64(d/2)*jitter)
+}
+
+// Run dispatches until ctx is cancelled, then returns nil. It runs
+// Concurrency loops. A loop starts a round at once, when a notification of
+// an outbox insert wakes it (LISTEN oncepay_outbox on a connection of its
+// own; one notification wakes one idle loop), when another loop claimed a
+// full batch, and every PollInterval otherwise. A round drains full
+// batches before it waits again. Losing the listening connection
+// is logged and repaired in the background; polling carries on meanwhile.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		d.listen(ctx)
+	}()
+	defer func() { <-listenDone }()
+
+	var wg sync.WaitGroup
+	for range d.cfg.Concurrency {
+		wg.Go(func() { d.loop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop runs rounds until ctx is cancelled: at once, when woken, and every
+// PollInterval.
+func (d *Dispatcher) loop(ctx context.Context) {
+	timer := time.NewTimer(d.cfg.PollInterval)
+	defer timer.Stop()
+	for {
+		d.round(ctx)
+		timer.Reset(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// round calls DispatchOnce while it claims full batches.
+func (d *Dispatcher) round(ctx context.Context) {
+	for ctx.Err() == nil {
+		res, err := d.DispatchOnce(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.logger.ErrorContext(ctx, "outbox dispatch round", "error", err.Error())
+			}
+			return
+		}
+		if res.Claimed < d.cfg.BatchSize {
+			return
+		}
+	}
+}
+
+// listen holds a LISTEN connection and turns notifications into Notify
+// calls, reconnecting with backoff until ctx is cancelled.
+func (d *Dispatcher) listen(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.logger.WarnContext(ctx, "outbox listener lost; polling until it is back", "error", err.Error(), "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (d *Dispatcher) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// Rows committed while nobody listened were announced to nobody.
+	d.Notify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		d.Notify()
+	}
+}
+
+// message is the broker message of an outbox row: the payload as body, the
+// event id as Nats-Msg-Id, the rest in headers.
+func message(r dbsqlc.OutboxEvent) *nats.Msg {
+	m := nats.NewMsg(broker.Subject(r.EventType))
+	m.Data = r.Payload
+	m.Header.Set(jetstream.MsgIDHeader, r.ID.String())
+	m.Header.Set(broker.HeaderTenantID, r.TenantID.String())
+	m.Header.Set(broker.HeaderEventType, r.EventType)
+	m.Header.Set(broker.HeaderAggregateType, r.AggregateType)
+	m.Header.Set(broker.HeaderAggregateID, r.AggregateID.String())
+	m.Header.Set(broker.HeaderIdempotencyKey, r.IdempotencyKey)
+	m.Header.Set(broker.HeaderOccurredAt, r.OccurredAt.UTC().Format(time.RFC3339Nano))
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// truncate cuts s to at most n bytes of valid UTF-8 (PostgreSQL refuses
+// anything else in a text column).
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(s, "")
+}

@@ -1,0 +1,307 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/broker/brokertest"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fastConfig(), outbox.DispatcherHooks{}))
+	id := b.appendEvent(t, "order.created")
+	waitFor(t, 10*time.Second, "the event to be published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, id) == 1
+	})
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND attempts = 1 AND locked_until IS NULL AND locked_by IS NULL`, id); n != 1 {
+		t.Fatalf("published row keeps lease or has wrong attempts")
+	}
+
+	ctx := context.Background()
+	s, err := b.nats.JS.Stream(ctx, broker.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, "oncepay.events.order.created")
+	if err != nil {
+		t.Fatalf("message on oncepay.events.order.created: %v", err)
+	}
+	if got := m.Header.Get(jetstream.MsgIDHeader); got != id.String() {
+		t.Fatalf("Nats-Msg-Id = %q, want the event id %s", got, id)
+	}
+	if got := m.Header.Get(broker.HeaderTenantID); got != b.tenantID.String() {
+		t.Fatalf("%s = %q, want %s", broker.HeaderTenantID, got, b.tenantID)
+	}
+	if got := m.Header.Get(broker.HeaderEventType); got != "order.created" {
+		t.Fatalf("%s = %q", broker.HeaderEventType, got)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(m.Data, &payload); err != nil || payload["n"] != float64(1) {
+		t.Fatalf("body = %s (%v), want the event payload", m.Data, err)
+	}
+}
+
+// A transaction that appended an event and commits after later events were
+// published must still get its event published: the dispatcher claims by
+// "unpublished", never by a high-water mark of seq. Polling is off here, so
+// the late commit's notification is what wakes the dispatcher.
+func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, cfg, outbox.DispatcherHooks{}))
+	ctx := context.Background()
+
+	late, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx)
+	lateID, err := outbox.Append(ctx, late, b.event("order.created"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	first := b.appendEvent(t, "order.created")
+	second := b.appendEvent(t, "order.created")
+	waitFor(t, 10*time.Second, "the later events to be published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND published_at IS NOT NULL`, []uuid.UUID{first, second}) == 2
+	})
+
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events l, outbox_events f WHERE l.id = $1 AND f.id = $2 AND l.seq < f.seq`, lateID, first); n != 1 {
+		t.Fatal("the late transaction's event does not have the lower seq; the test proves nothing")
+	}
+	waitFor(t, 10*time.Second, "the late-committed lower seq to be published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, lateID) == 1
+	})
+	if ids := b.streamIDs(t); len(ids) != 3 || ids[lateID.String()] != 1 {
+		t.Fatalf("stream = %v, want the three events once each", ids)
+	}
+}
+
+// Three dispatchers, each with its own database pool and broker connection
+// like three processes, race for 300 events committed while they run. Every
+// event ends up published and stored in the stream exactly once.
+func TestThreeDispatchersPublishEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := fastConfig()
+	cfg.BatchSize = 25 // small batches make the dispatchers interleave
+	for range 3 {
+		_, js := brokertest.Connect(t, b.nats.URL(), b.logger)
+		run(t, b.dispatcher(t, openPool(t, b.dbURL), js, cfg, outbox.DispatcherHooks{}))
+	}
+
+	const producers, perProducer = 10, 30
+	ids := make(chan uuid.UUID, producers*perProducer)
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for range perProducer / 3 { // three events per transaction
+				err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+					for range 3 {
+						id, err := outbox.Append(context.Background(), tx, b.event("order.created"))
+						if err != nil {
+							return err
+						}
+						ids <- id
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("append: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	var all []uuid.UUID
+	for id := range ids {
+		all = append(all, id)
+	}
+	if len(all) != producers*perProducer {
+		t.Fatalf("appended %d events, want %d", len(all), producers*perProducer)
+	}
+	waitFor(t, 30*time.Second, "all 300 events to be published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == len(all)
+	})
+	stored := b.streamIDs(t)
+	if len(stored) != len(all) {
+		t.Fatalf("stream holds %s, want %d", describe(stored), len(all))
+	}
+	for _, id := range all {
+		if stored[id.String()] != 1 {
+			t.Fatalf("event %s stored %d times, want 1 (%s)", id, stored[id.String()], describe(stored))
+		}
+	}
+}
+
+// While the broker is down, events wait in the outbox with their attempts
+// counted and backing off; when it is back they flow, none lost.
+func TestDispatcherWaitsOutABrokerOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fastConfig(), outbox.DispatcherHooks{}))
+	b.nats.Stop()
+
+	var ids []uuid.UUID
+	for range 50 {
+		ids = append(ids, b.appendEvent(t, "order.created"))
+	}
+	waitFor(t, 20*time.Second, "every event to have a failed attempt", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE attempts >= 1 AND last_error IS NOT NULL AND next_attempt_at IS NOT NULL AND published_at IS NULL`) == len(ids)
+	})
+
+	b.nats.Restart(t)
+	waitFor(t, 30*time.Second, "every event to be published after the broker came back", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == len(ids)
+	})
+	stored := b.streamIDs(t)
+	if len(stored) != len(ids) {
+		t.Fatalf("stream holds %s, want %d", describe(stored), len(ids))
+	}
+	for _, id := range ids {
+		if stored[id.String()] != 1 {
+			t.Fatalf("event %s stored %d times, want 1", id, stored[id.String()])
+		}
+	}
+}
+
+// Drill 6 at the dispatcher: it publishes a batch and dies before marking it
+// published. When the lease runs out, the batch is published again; within
+// the duplicate window JetStream stores it once. (Beyond the window the
+// consumers' inbox decides; see the fulfillment drills.)
+func TestDrill6DispatcherDiesAfterPublishBeforeMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	crashes := 1
+	var mu sync.Mutex
+	hooks := outbox.DispatcherHooks{AfterPublish: func([]uuid.UUID) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if crashes > 0 {
+			crashes--
+			return errors.New("crash after publish")
+		}
+		return nil
+	}}
+	cfg := fastConfig()
+	d := b.dispatcher(t, b.pool, b.nats.JS, cfg, hooks)
+	id := b.appendEvent(t, "order.created")
+	ctx := context.Background()
+
+	if _, err := d.DispatchOnce(ctx); err == nil {
+		t.Fatal("the crash hook did not stop the round")
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NULL AND locked_until IS NOT NULL`, id); n != 1 {
+		t.Fatal("the crashed round left no leased, unpublished row")
+	}
+	if res, err := d.DispatchOnce(ctx); err != nil || res.Claimed != 0 {
+		t.Fatalf("claimed %d rows under a live lease (err %v), want 0", res.Claimed, err)
+	}
+	b.clock.advance(31 * time.Second) // past the default 30s lease
+	res, err := d.DispatchOnce(ctx)
+	if err != nil || res.Published != 1 {
+		t.Fatalf("after the lease: %+v, %v; want the row published", res, err)
+	}
+	if n := b.count(t, `SELECT attempts FROM outbox_events WHERE id = $1`, id); n != 1 {
+		t.Fatalf("attempts = %d, want 1 (the crashed attempt was never recorded)", n)
+	}
+	if stored := b.streamIDs(t); len(stored) != 1 || stored[id.String()] != 1 {
+		t.Fatalf("stream = %v, want the event stored once", stored)
+	}
+}
+
+func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := fastConfig()
+	cfg.MaxAttempts = 2
+	cfg.PublishTimeout = 200 * time.Millisecond
+	d := b.dispatcher(t, b.pool, b.nats.JS, cfg, outbox.DispatcherHooks{})
+	admin := outbox.NewAdmin(b.pool, b.nats.JS, b.logger)
+	ctx := context.Background()
+	b.nats.Stop()
+	id := b.appendEvent(t, "order.created")
+
+	for attempt := 1; attempt <= 2; attempt++ {
+		res, err := d.DispatchOnce(ctx)
+		if err != nil || res.Claimed != 1 || res.Failed != 1 {
+			t.Fatalf("attempt %d: %+v, %v; want one failed row", attempt, res, err)
+		}
+		if want := attempt == 2; (res.Stuck == 1) != want {
+			t.Fatalf("attempt %d: stuck = %d, want stuck %t", attempt, res.Stuck, want)
+		}
+		b.clock.advance(time.Hour) // past any backoff
+	}
+	if res, err := d.DispatchOnce(ctx); err != nil || res.Claimed != 0 {
+		t.Fatalf("a stuck row was claimed again: %+v, %v", res, err)
+	}
+	stuck, err := admin.Stuck(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stuck) != 1 || stuck[0].ID != id || stuck[0].Status() != outbox.StatusStuck || stuck[0].Attempts != 2 || stuck[0].LastError == nil || stuck[0].NextAttemptAt != nil {
+		t.Fatalf("stuck = %+v, want the event with 2 attempts, its error and no next attempt", stuck)
+	}
+
+	b.nats.Restart(t)
+	ev, retried, err := admin.Retry(ctx, id)
+	if err != nil || !retried || ev.Status() != outbox.StatusPending || ev.Attempts != 0 {
+		t.Fatalf("Retry = %+v, %t, %v; want a pending event with fresh attempts", ev, retried, err)
+	}
+	waitFor(t, 20*time.Second, "the retried event to be published", func() bool {
+		if _, err := d.DispatchOnce(ctx); err != nil {
+			t.Fatalf("dispatch: %v", err)
+		}
+		b.clock.advance(time.Second) // past the backoff of a publish attempted while reconnecting
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL AND stuck_at IS NULL`, id) == 1
+	})
+	if _, retried, err := admin.Retry(ctx, id); err != nil || retried {
+		t.Fatalf("Retry of a published event: retried %t, %v; want false, nil", retried, err)
+	}
+	if _, _, err := admin.Retry(ctx, uuid.New()); !errors.Is(err, postgres.ErrNotFound) {
+		t.Fatalf("Retry of an unknown event: %v, want ErrNotFound", err)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		attempts int
+		jitter   float64
+		want     time.Duration
+	}{
+		{1, 0, 500 * time.Millisecond},
+		{1, 0.999999999, time.Second - 1},
+		{2, 0, time.Second},
+		{4, 0, 4 * time.Second},
+		{9, 0, 128 * time.Second},
+		{10, 0, 150 * time.Second}, // capped at 5m
+		{1000, 0, 150 * time.Second},
+		{0, 0, 500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := outbox.Backoff(tt.attempts, time.Second, 5*time.Minute, tt.jitter); got != tt.want {
+			t.Fatalf("Backoff(%d, jitter %v) = %v, want %v", tt.attempts, tt.jitter, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/broker/brokertest"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/testdb"
+)
+
+// testBundle is one database with a tenant, one embedded JetStream and a
+// clock the test can move forward.
+type testBundle struct {
+	dbURL    string
+	pool     *pgxpool.Pool
+	nats     *brokertest.Bundle
+	logger   *slog.Logger
+	clock    *testClock
+	tenantID uuid.UUID
+}
+
+// testClock is real time plus an offset the test can move, e.g. past a
+// lease or a backoff.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := testdb.URL(t)
+	b := &testBundle{dbURL: url, pool: openPool(t, url), clock: &testClock{}}
+	b.nats = brokertest.Start(t, broker.StreamsConfig{})
+	b.logger = b.nats.Logger
+	b.tenantID = uuid.New()
+	if _, err := b.pool.Exec(context.Background(),
+		`INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'Test', now())`, b.tenantID, "t-"+b.tenantID.String()[:8]); err != nil {
+		t.Fatalf("insert tenant: %v", err)
+	}
+	return b
+}
+
+// openPool opens another pool on the test's database (another "process").
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), url, postgres.PoolConfig{MaxConns: 10})
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// fastConfig makes a dispatcher react within milliseconds.
+func fastConfig() outbox.DispatcherConfig {
+	return outbox.DispatcherConfig{
+		PollInterval:   50 * time.Millisecond,
+		PublishTimeout: 500 * time.Millisecond,
+		BackoffBase:    20 * time.Millisecond,
+		BackoffMax:     200 * time.Millisecond,
+		MaxAttempts:    1000,
+	}
+}
+
+// dispatcher returns a dispatcher closed when the test ends.
+func (b *testBundle) dispatcher(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
+	t.Helper()
+	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.now, hooks)
+	if err != nil {
+		t.Fatalf("new dispatcher: %v", err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// run runs d until the test ends.
+func run(t *testing.T, d *outbox.Dispatcher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dispatcher: %v", err)
+		}
+	})
+}
+
+// appendEvent commits one event of typ in its own transaction.
+func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = outbox.Append(context.Background(), tx, b.event(typ))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	return id
+}
+
+func (b *testBundle) event(typ string) outbox.Event {
+	return outbox.Event{
+		TenantID: b.tenantID, Type: typ, AggregateType: "test", AggregateID: uuid.New(),
+		IdempotencyKey: "key-" + uuid.NewString(), OccurredAt: b.clock.now(), Payload: map[string]any{"n": 1},
+	}
+}
+
+func (b *testBundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("count %q: %v", query, err)
+	}
+	return n
+}
+
+// streamIDs returns how often each Nats-Msg-Id is stored in the stream.
+func (b *testBundle) streamIDs(t *testing.T) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := b.nats.JS.Stream(ctx, broker.StreamEvents)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	ids := make(map[string]int)
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get stream message %d: %v", seq, err)
+		}
+		ids[m.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	return ids
+}
+
+// waitFor polls cond until it holds or timeout passes; what says what the
+// test was waiting for.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+func describe(ids map[string]int) string {
+	dups := 0
+	for _, n := range ids {
+		if n > 1 {
+			dups++
+		}
+	}
+	return fmt.Sprintf("%d ids, %d stored more than once", len(ids), dups)
+}
