@@ -6,7 +6,9 @@ GO ?= go
 SQLC := $(GO) tool -modfile=tools/go.mod sqlc
 STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 # The test cluster trades durability for speed: its data is thrown away.
-TEST_PG_OPTS := -c fsync=off -c synchronous_commit=off -c full_page_writes=off
+# synchronous_commit stays on: a test checks that the outbox dispatcher's own
+# connections, and only those, turn it off.
+TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
 .PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench bench-outbox chaos pg-stop clean
 
