@@ -113,7 +113,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
-	if err := a.startEvents(ctx, cfg, logger, now); err != nil {
+	m.WatchOutbox(pool, `SELECT count(*) FROM outbox_events WHERE stuck_at IS NOT NULL AND published_at IS NULL`)
+	if err := a.startEvents(ctx, cfg, logger, now, m); err != nil {
 		return nil, err
 	}
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
@@ -146,7 +147,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 // startEvents connects the broker (embedding one unless NATS_URL is set),
 // declares the stream, and builds the outbox dispatcher and the fulfillment
 // consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) error {
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics) error {
 	if !cfg.OutboxDispatcher && !cfg.FulfillmentConsumer && cfg.NATSURL == "" {
 		// A CLI command: nothing to publish or consume, no broker to start.
 		a.outboxAdmin = outbox.NewAdmin(a.pool, nil, logger.With("component", "outbox-admin"))
@@ -168,16 +169,36 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
 	}
+	// The drills' hooks, with the metrics observing the same points.
+	outboxHooks, fulfillmentHooks := cfg.OutboxHooks, cfg.FulfillmentHooks
+	outboxHooks.AfterPublish = func(ids []uuid.UUID) error {
+		m.Published(len(ids))
+		if h := cfg.OutboxHooks.AfterPublish; h != nil {
+			return h(ids)
+		}
+		return nil
+	}
+	fulfillmentHooks.AfterCommit = func(id string, outcome fulfillment.Outcome) error {
+		result := "processed"
+		if outcome == fulfillment.Duplicate {
+			result = "duplicate"
+		}
+		m.Consumed(fulfillment.Subscriber, result)
+		if h := cfg.FulfillmentHooks.AfterCommit; h != nil {
+			return h(id, outcome)
+		}
+		return nil
+	}
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
 			PollInterval: cfg.OutboxPollInterval,
 			MaxAttempts:  cfg.OutboxMaxAttempts,
-		}, logger.With("component", "outbox"), now, cfg.OutboxHooks); err != nil {
+		}, logger.With("component", "outbox"), now, outboxHooks); err != nil {
 			return err
 		}
 	}
 	if cfg.FulfillmentConsumer {
-		a.fulfillment = fulfillment.New(a.pool, js, fulfillment.Config{}, logger.With("component", "fulfillment"), now, cfg.FulfillmentHooks)
+		a.fulfillment = fulfillment.New(a.pool, js, fulfillment.Config{}, logger.With("component", "fulfillment"), now, fulfillmentHooks)
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}

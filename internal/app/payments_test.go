@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -617,6 +618,19 @@ func TestPaidOrderIsFulfilledThroughTheBroker(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
 	})
+	metrics := string(b.do(t, "GET", "/metrics", "", "", "").body)
+	for _, want := range []string{
+		`oncepay_consumer_messages_total{result="processed",subscriber="fulfillment"} 1`,
+		`oncepay_outbox_pending_events 0`,
+		`oncepay_outbox_stuck_events 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+	if !strings.Contains(metrics, `oncepay_outbox_publish_attempts_total{result="published"}`) {
+		t.Fatal("/metrics lacks the published count")
+	}
 	events := b.do(t, "GET", "/v1/events", acme, "", "").json(t)["data"].([]any)
 	for _, e := range events {
 		ev := e.(map[string]any)

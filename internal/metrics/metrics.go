@@ -62,7 +62,7 @@ func New() *Metrics {
 		}),
 		publishAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_outbox_publish_attempts_total",
-			Help: "Outbox publish attempts by result: published, failed.",
+			Help: "Outbox events published (acknowledged by the broker), by result; failed attempts show in oncepay_outbox_pending_events and attempts in GET /v1/events.",
 		}, []string{"result"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_consumer_messages_total",
@@ -109,8 +109,8 @@ func (m *Metrics) Swept(deleted map[string]int64, stuck int64) {
 	m.sweeperStuck.Set(float64(stuck))
 }
 
-// PublishAttempt counts one outbox publish attempt.
-func (m *Metrics) PublishAttempt(result string) { m.publishAttempts.WithLabelValues(result).Inc() }
+// Published counts events the broker acknowledged.
+func (m *Metrics) Published(n int) { m.publishAttempts.WithLabelValues("published").Add(float64(n)) }
 
 // Consumed counts one message a consumer handled.
 func (m *Metrics) Consumed(subscriber, result string) {
