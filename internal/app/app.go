@@ -319,10 +319,20 @@ func (a *App) Serve(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
+	if err != nil {
+		err = fmt.Errorf("drain API requests: %w", err)
+	}
 	stopWorkers()
 	wg.Wait()
 	if pspSrv != nil {
-		err = errors.Join(err, pspSrv.Shutdown(shutdownCtx))
+		// The embedded simulator gets a moment to answer what it is
+		// answering, then is closed: it holds no state anyone waits for.
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		if perr := pspSrv.Shutdown(pctx); perr != nil {
+			a.logger.Warn("embedded payment simulator closed before its requests finished", "error", perr.Error())
+			pspSrv.Close()
+		}
+		pcancel()
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(fmt.Errorf("serve: %w", serveErr), err)
