@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -194,16 +193,10 @@ func (h *Handler) Get(c echo.Context) error {
 	return wire.JSON(c, http.StatusOK, orderJSONFrom(o))
 }
 
-// DefaultPageSize and MaxPageSize bound list pages.
-const (
-	DefaultPageSize = 20
-	MaxPageSize     = 100
-)
-
 // List handles GET /v1/orders?limit=&cursor=.
 func (h *Handler) List(c echo.Context) error {
 	t := tenants.FromContext(c)
-	limit, err := ParseLimit(c.QueryParam("limit"))
+	limit, err := wire.ParseLimit(c.QueryParam("limit"))
 	if err != nil {
 		return err
 	}
@@ -242,18 +235,6 @@ func (h *Handler) Products(c echo.Context) error {
 		out.Data[i] = productJSON(p)
 	}
 	return wire.JSON(c, http.StatusOK, out)
-}
-
-// ParseLimit reads a page size query parameter.
-func ParseLimit(raw string) (int, error) {
-	if raw == "" {
-		return DefaultPageSize, nil
-	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < 1 || n > MaxPageSize {
-		return 0, problem.Validation(problem.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer between 1 and %d", MaxPageSize)})
-	}
-	return n, nil
 }
 
 func encodeCursor(c Cursor) string {

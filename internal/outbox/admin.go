@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -203,13 +202,9 @@ type replayJSON struct {
 
 // Stuck handles GET /admin/outbox/stuck?limit=: stuck events of all tenants.
 func (h *AdminHandler) Stuck(c echo.Context) error {
-	limit := defaultLimit
-	if raw := c.QueryParam("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > maxLimit {
-			return problem.Validation(problem.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer between 1 and %d", maxLimit)})
-		}
-		limit = n
+	limit, err := wire.ParseLimit(c.QueryParam("limit"))
+	if err != nil {
+		return err
 	}
 	list, err := h.admin.Stuck(c.Request().Context(), limit)
 	if err != nil {

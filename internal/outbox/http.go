@@ -70,25 +70,15 @@ type listJSON struct {
 	NextCursor *string     `json:"next_cursor"`
 }
 
-// Page sizes of the events list.
-const (
-	defaultLimit = 20
-	maxLimit     = 100
-)
-
 // List handles GET /v1/events?limit=&cursor=. Each event shows its delivery
 // state (published_at, status, stuck, attempts, last_error, next_attempt_at)
 // and which subscribers processed it (their inbox rows for the event id).
 func (h *Handler) List(c echo.Context) error {
 	t := tenants.FromContext(c)
 	ctx := c.Request().Context()
-	limit := defaultLimit
-	if raw := c.QueryParam("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > maxLimit {
-			return problem.Validation(problem.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer between 1 and %d", maxLimit)})
-		}
-		limit = n
+	limit, err := wire.ParseLimit(c.QueryParam("limit"))
+	if err != nil {
+		return err
 	}
 	p := dbsqlc.OutboxListNewestParams{TenantID: t.ID, MaxRows: int32(limit + 1)}
 	if raw := c.QueryParam("cursor"); raw != "" {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -97,4 +98,24 @@ func JSON(c echo.Context, status int, v any) error {
 		return err
 	}
 	return c.Blob(status, echo.MIMEApplicationJSON, b)
+}
+
+// Page sizes of every list endpoint.
+const (
+	DefaultPageSize = 20
+	MaxPageSize     = 100
+)
+
+// ParseLimit reads a list's `limit` query parameter: absent means
+// DefaultPageSize; anything but an integer from 1 to MaxPageSize is a
+// validation error naming the field.
+func ParseLimit(raw string) (int, error) {
+	if raw == "" {
+		return DefaultPageSize, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > MaxPageSize {
+		return 0, problem.Validation(problem.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer between 1 and %d", MaxPageSize)})
+	}
+	return n, nil
 }
