@@ -74,7 +74,7 @@ bench: build
 	   if ! (exec 3<>"/dev/tcp/127.0.0.1/$$c") 2>/dev/null; then port=$$c; break; fi; \
 	 done; \
 	 [ -n "$$port" ] || { echo "bench: no free port found" >&2; exit 1; }; \
-	 DEMO_MODE=true HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
+	 DEMO_MODE=true SWEEP_INTERVAL=0 HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
 	 trap 'kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; scripts/postgres.sh --stop bench || true' EXIT; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log"; \

@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/retention"
 )
 
 func main() {
@@ -82,6 +83,10 @@ type config struct {
 	cpuProfile  string
 	markdown    bool
 	strict      bool
+	// sweepRecords > 0 runs the sweep comparison instead of the scenarios.
+	sweepRecords int
+	sweepBatch   int
+	sweepDuty    float64
 }
 
 // parseFlags reads the command line; defaults come from getenv where the
@@ -107,6 +112,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this benchmark process (client side) to the file")
 	fs.BoolVar(&c.markdown, "markdown", false, "also print the results as a Markdown table")
 	fs.BoolVar(&c.strict, "strict", false, "exit non-zero when a target is missed, not only on failed requests")
+	fs.IntVar(&c.sweepRecords, "sweep-records", 0, "instead of the scenarios: seed this many expired records per round and compare create while the sweeper deletes them all with create alone (e.g. 1000000)")
+	fs.IntVar(&c.sweepBatch, "sweep-batch", 500, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
+	fs.Float64Var(&c.sweepDuty, "sweep-duty", retention.DefaultDutyCycle, "share of the time the sweep comparison's sweeper spends deleting (the service's SWEEP_DUTY_CYCLE; 1: no pauses)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -141,6 +149,19 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--replay-keys must be at least 1")
 	case c.databaseURL == "" && c.needs(scenarioSQL, scenarioSQLReplay):
 		return config{}, errors.New("the sql scenarios need --database-url or DATABASE_URL")
+	case c.sweepRecords < 0, c.sweepRecords > 0 && c.sweepRecords < 10:
+		return config{}, errors.New("--sweep-records must be 0 or at least 10")
+	case c.sweepRecords > 0 && c.databaseURL == "":
+		return config{}, errors.New("--sweep-records needs --database-url or DATABASE_URL")
+	case c.sweepRecords > 0 && c.load.requests > 0:
+		return config{}, errors.New("--sweep-records measures for as long as the sweep takes: drop --requests")
+	case c.sweepBatch < 1:
+		return config{}, errors.New("--sweep-batch must be at least 1")
+	case c.sweepDuty <= 0 || c.sweepDuty > 1:
+		return config{}, errors.New("--sweep-duty must be in (0, 1]")
+	}
+	if c.sweepRecords > 0 {
+		c.scenarios = []string{scenarioCreate, scenarioCreateSweeping}
 	}
 	return c, nil
 }
@@ -188,7 +209,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	ops := make(map[string]op, 4)
 	var direct *sqlCreate
-	if cfg.needs(scenarioSQL, scenarioSQLReplay) {
+	if cfg.needs(scenarioSQL, scenarioSQLReplay) || cfg.sweepRecords > 0 {
 		// The service's own pool settings (size 20, lock and statement
 		// timeouts), so the SQL runs under the same conditions.
 		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients))})
@@ -207,6 +228,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ops[scenarioSQL] = direct.op()
 	}
 	ops[scenarioCreate] = api.createOp()
+	ops[scenarioCreateSweeping] = ops[scenarioCreate]
 	if cfg.needs(scenarioReplay, scenarioSQLReplay) {
 		t0 := time.Now()
 		keys, err := api.prepareReplayKeys(ctx, cfg.replayKeys, maxClients)
@@ -235,7 +257,53 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	probe := cpuProbe{apiPID: cfg.apiPID, pgPID: cfg.pgPID}
 	var errs errorLog
 	var results []result
-	for round := 1; round <= cfg.rounds; round++ {
+	var sweep *sweepBench
+	if cfg.sweepRecords > 0 {
+		sweep = &sweepBench{pool: direct.pool, tenantID: direct.tenantID, records: cfg.sweepRecords, batch: cfg.sweepBatch, duty: cfg.sweepDuty}
+		fmt.Fprintf(stdout, "sweep comparison: %d expired records per round, batches of %d, duty cycle %.3g\n", cfg.sweepRecords, cfg.sweepBatch, cfg.sweepDuty)
+	}
+	for round := 1; round <= cfg.rounds && sweep != nil; round++ {
+		// create-sweeping lasts as long as its sweep; create is measured
+		// for --duration right before and right after it, so that drift on
+		// a shared machine hits both alike.
+		i := 0
+		for _, clients := range cfg.clients {
+			if err := sweep.seed(ctx, stdout); err != nil {
+				return err
+			}
+			var pair [2]result
+			for j, sc := range []string{scenarioCreate, scenarioCreateSweeping, scenarioCreate} {
+				var r result
+				if sc == scenarioCreateSweeping {
+					if r, err = sweep.measureSweeping(ctx, clients, cfg.load, ops[sc], &errs, probe, stdout); err != nil {
+						return err
+					}
+				} else {
+					r = measure(ctx, sc, clients, cfg.load, ops[sc], &errs, probe)
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				fmt.Fprintf(stdout, "  round %d %-15s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s  (%s)\n", round, sc, clients,
+					r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), r.elapsed.Round(time.Millisecond))
+				k := slices.Index(cfg.scenarios, sc)
+				if j == 0 || sc == scenarioCreateSweeping {
+					pair[k] = r
+				} else {
+					pair[k].merge(r)
+				}
+			}
+			for _, r := range pair {
+				if round == 1 {
+					results = append(results, r)
+				} else {
+					results[i].merge(r)
+				}
+				i++
+			}
+		}
+	}
+	for round := 1; round <= cfg.rounds && sweep == nil; round++ {
 		i := 0
 		for _, clients := range cfg.clients {
 			for _, sc := range cfg.scenarios {
@@ -262,6 +330,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	fmt.Fprintln(stdout)
 	ts := targets(results, cfg.clients, rss)
+	if sweep != nil {
+		ts = sweepTargets(results, cfg.clients)
+	}
 	if err := printTargets(stdout, ts); err != nil {
 		return err
 	}
@@ -354,18 +425,21 @@ func statusKiB(status, field string) (int64, error) {
 	return 0, fmt.Errorf("%s not found", field)
 }
 
+// findResult returns the result of scenario sc at clients.
+func findResult(results []result, sc string, clients int) (result, bool) {
+	i := slices.IndexFunc(results, func(r result) bool { return r.scenario == sc && r.clients == clients })
+	if i < 0 {
+		return result{}, false
+	}
+	return results[i], true
+}
+
 // targets judges the results against the service's goals, per client count:
 // create reaches 0.9x the SQL-equivalent throughput at 1 client and 0.75x
 // with more; replay reaches 3x create throughput; replay's p99 is at most
 // create's p50; and the API's peak RSS stays within 100 MiB.
 func targets(results []result, clientCounts []int, mem rss) []target {
-	find := func(sc string, clients int) (result, bool) {
-		i := slices.IndexFunc(results, func(r result) bool { return r.scenario == sc && r.clients == clients })
-		if i < 0 {
-			return result{}, false
-		}
-		return results[i], true
-	}
+	find := func(sc string, clients int) (result, bool) { return findResult(results, sc, clients) }
 	var out []target
 	for _, c := range clientCounts {
 		sql, okSQL := find(scenarioSQL, c)

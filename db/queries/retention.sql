@@ -40,6 +40,20 @@ USING (
 ) d
 WHERE w.delivery_id = d.delivery_id;
 
+-- name: RetentionDeleteProcessedMessages :execrows
+-- RetentionDeleteProcessedMessages deletes inbox rows of messages processed
+-- at or before cutoff. The policy keeps them at least as long as the broker
+-- may redeliver and an operator may replay the message.
+DELETE FROM processed_messages m
+USING (
+    SELECT r.message_id, r.subscriber FROM processed_messages r
+    WHERE r.processed_at <= @cutoff::timestamptz
+    ORDER BY r.processed_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber;
+
 -- name: RetentionCountStuck :one
 -- RetentionCountStuck counts pending idempotency records whose lease ran
 -- out before cutoff: operations nobody has settled for a long time.

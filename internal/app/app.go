@@ -123,7 +123,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now)
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
-		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }))
+		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
+		retention.WithDutyCycle(cfg.SweepDutyCycle))
 	a.handler = httpapi.New(httpapi.Deps{
 		Logger:   logger,
 		Pool:     pool,

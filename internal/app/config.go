@@ -90,6 +90,10 @@ type Config struct {
 	// SweepBatch bounds the rows one delete statement removes (SWEEP_BATCH,
 	// default 500).
 	SweepBatch int
+	// SweepDutyCycle is the share of the time a sweep with a backlog spends
+	// deleting; it pauses for the rest (SWEEP_DUTY_CYCLE, default 0.125;
+	// 1 never pauses).
+	SweepDutyCycle float64
 
 	// NATSURL is the NATS server with JetStream (NATS_URL). Empty runs a
 	// nats-server inside the process on a random loopback port; set it
@@ -158,6 +162,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
 		SweepBatch:            r.integer("SWEEP_BATCH", 500, 1, 100_000),
+		SweepDutyCycle:        r.fraction("SWEEP_DUTY_CYCLE", retention.DefaultDutyCycle),
 
 		NATSURL:             getenv("NATS_URL"),
 		NATSStoreDir:        r.str("NATS_STORE_DIR", ".data/nats"),
@@ -237,6 +242,19 @@ func (r *envReader) integer(name string, def, lo, hi int) int {
 		r.errs = append(r.errs, fmt.Errorf("%s=%q: want an integer from %d to %d", name, v, lo, hi))
 	}
 	return n
+}
+
+// fraction reads a number in (0, 1].
+func (r *envReader) fraction(name string, def float64) float64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a number greater than 0 and at most 1", name, v))
+	}
+	return f
 }
 
 // duration reads a Go duration, or whole days as "45d".

@@ -53,6 +53,34 @@ func (q *Queries) RetentionDeleteIdempotency(ctx context.Context, arg RetentionD
 	return result.RowsAffected(), nil
 }
 
+const retentionDeleteProcessedMessages = `-- name: RetentionDeleteProcessedMessages :execrows
+DELETE FROM processed_messages m
+USING (
+    SELECT r.message_id, r.subscriber FROM processed_messages r
+    WHERE r.processed_at <= $1::timestamptz
+    ORDER BY r.processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber
+`
+
+type RetentionDeleteProcessedMessagesParams struct {
+	Cutoff  time.Time
+	MaxRows int32
+}
+
+// RetentionDeleteProcessedMessages deletes inbox rows of messages processed
+// at or before cutoff. The policy keeps them at least as long as the broker
+// may redeliver and an operator may replay the message.
+func (q *Queries) RetentionDeleteProcessedMessages(ctx context.Context, arg RetentionDeleteProcessedMessagesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionDeleteProcessedMessages, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const retentionDeletePublishedEvents = `-- name: RetentionDeletePublishedEvents :execrows
 DELETE FROM outbox_events o
 USING (

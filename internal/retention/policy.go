@@ -114,6 +114,12 @@ func Check(p Policy, h Horizons) error {
 	check("processed_messages", p.ProcessedMessages)
 	check("webhook_receipts", p.WebhookReceipts)
 	check("published_events", p.PublishedEvents)
+	// An operator can replay any event the outbox still holds; its consumers
+	// must still recognise it then, or the replay runs the effect again.
+	if p.ProcessedMessages < p.PublishedEvents {
+		errs = append(errs, fmt.Errorf("retention of processed_messages (%s) is shorter than that of published_events (%s): a replay of a kept event would run its effect again",
+			days(p.ProcessedMessages), days(p.PublishedEvents)))
+	}
 	return errors.Join(errs...)
 }
 

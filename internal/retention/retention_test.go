@@ -44,6 +44,16 @@ func TestCheck(t *testing.T) {
 	if strings.Contains(err.Error(), "orders.create") || strings.Contains(err.Error(), "refunds.create") {
 		t.Fatalf("error names retentions that are fine: %v", err)
 	}
+
+	// Covering the horizons is not enough for the inbox: it must outlive the
+	// events an operator can still replay.
+	replayable := retention.DefaultPolicy()
+	replayable.ProcessedMessages = 31 * retention.Day
+	replayable.PublishedEvents = 35 * retention.Day
+	err = retention.Check(replayable, retention.DefaultHorizons())
+	if want := "retention of processed_messages (31d) is shorter than that of published_events (35d)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v does not say %q", err, want)
+	}
 }
 
 type clock struct {
@@ -101,25 +111,48 @@ func (b *bundle) record(t *testing.T, key, state string, expires, lockedUntil ti
 		b.tenant, key, state, lockedUntil, b.t0, expires)
 }
 
+// Every kind of record survives a sweep just before its expiry and is gone
+// after a sweep just after it.
 func TestSweepExpiryBoundary(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	exp := b.t0.Add(45 * retention.Day)
-	b.record(t, "k", "completed", exp, exp)
-	b.clock.set(exp.Add(-time.Microsecond))
-	if _, err := b.sweeper.SweepOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if b.count(t, `SELECT count(*) FROM api_idempotency`) != 1 {
-		t.Fatal("a record was deleted before its expiry")
-	}
-	b.clock.set(exp.Add(time.Microsecond))
-	rep, err := b.sweeper.SweepOnce(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.count(t, `SELECT count(*) FROM api_idempotency`) != 0 || rep.Deleted["api_idempotency"] != 1 {
-		t.Fatalf("record not deleted after its expiry (report %+v)", rep)
+	p := retention.DefaultPolicy()
+	for _, k := range []struct {
+		kind   string
+		expiry time.Duration // after t0, when the record was finished
+		insert string        // $1 tenant, $2 t0, $3 expiry
+	}{
+		{"api_idempotency", p.Idempotency[idempotency.OpPaymentsCreate], `INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+			locked_until, request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at)
+			VALUES ($1, 'payments.create', 'k', '\x00', 'completed', 'finished', NULL, '', 201, '{}', '{}', $2, $2, $3)`},
+		{"outbox_events", p.PublishedEvents, `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at)
+			SELECT g, $1, 'x', 'x', g, '', '{}', $2, $2 FROM gen_random_uuid() g WHERE $3::timestamptz IS NOT NULL`},
+		{"webhook_receipts", p.WebhookReceipts, `INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at, processed_at)
+			SELECT 'd', 'x', '{}', $2, $2 WHERE $1::uuid IS NOT NULL AND $3::timestamptz IS NOT NULL`},
+		{"processed_messages", p.ProcessedMessages, `INSERT INTO processed_messages (message_id, subscriber, processed_at)
+			SELECT 'm', 'fulfillment', $2 WHERE $1::uuid IS NOT NULL AND $3::timestamptz IS NOT NULL`},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			exp := b.t0.Add(k.expiry)
+			b.exec(t, k.insert, b.tenant, b.t0, exp)
+			left := func() int { return b.count(t, `SELECT count(*) FROM `+k.kind) }
+			b.clock.set(exp.Add(-time.Microsecond))
+			if _, err := b.sweeper.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if left() != 1 {
+				t.Fatal("deleted before its expiry")
+			}
+			b.clock.set(exp.Add(time.Microsecond))
+			rep, err := b.sweeper.SweepOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left() != 0 || rep.Deleted[k.kind] != 1 {
+				t.Fatalf("not deleted after its expiry (report %+v)", rep)
+			}
+		})
 	}
 }
 

@@ -25,6 +25,9 @@ type Sweeper struct {
 	logger     *slog.Logger
 	now        func() time.Time
 	observe    func(Report)
+	// duty is the share of wall time the sweeper spends in delete
+	// statements while there is more to delete (0 < duty <= 1).
+	duty float64
 }
 
 // SweeperOption configures a Sweeper.
@@ -36,9 +39,23 @@ func WithReportObserver(fn func(Report)) SweeperOption {
 	return func(s *Sweeper) { s.observe = fn }
 }
 
-// NewSweeper returns a Sweeper that deletes at most batch rows per statement.
+// WithDutyCycle paces a sweep with a backlog: after each full batch the
+// sweeper pauses so that deleting takes at most duty (0 < duty <= 1) of the
+// wall time; 1 never pauses. The pause grows with the batch's duration, so
+// a busy database, whose batches take longer, gets longer breaks. Deleting a
+// month of records is never urgent; the traffic of today is.
+func WithDutyCycle(duty float64) SweeperOption {
+	return func(s *Sweeper) { s.duty = min(max(duty, 0.01), 1) }
+}
+
+// DefaultDutyCycle is the pacing of a sweep with a backlog: 1/8 of the
+// time deleting, measured in docs/BENCHMARKS.md (sweep comparison).
+const DefaultDutyCycle = 0.125
+
+// NewSweeper returns a Sweeper that deletes at most batch rows per
+// statement, paced by DefaultDutyCycle unless an option says otherwise.
 func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
-	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}}
+	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle}
 	for _, o := range opts {
 		o(s)
 	}
@@ -82,10 +99,14 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 		{"webhook_receipts", func(q *dbsqlc.Queries) (int64, error) {
 			return q.RetentionDeleteWebhookReceipts(ctx, dbsqlc.RetentionDeleteWebhookReceiptsParams{Cutoff: now.Add(-s.policy.WebhookReceipts), MaxRows: int32(s.batch)})
 		}},
+		{"processed_messages", func(q *dbsqlc.Queries) (int64, error) {
+			return q.RetentionDeleteProcessedMessages(ctx, dbsqlc.RetentionDeleteProcessedMessagesParams{Cutoff: now.Add(-s.policy.ProcessedMessages), MaxRows: int32(s.batch)})
+		}},
 	}
 	for _, k := range kinds {
 		for {
 			var n int64
+			started := time.Now()
 			err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)`,
 					fmt.Sprint(batchStatementTimeout.Milliseconds()), fmt.Sprint(batchLockTimeout.Milliseconds())); err != nil {
@@ -102,6 +123,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			if n < int64(s.batch) {
 				break
 			}
+			if err := s.pace(ctx, time.Since(started)); err != nil {
+				return rep, err
+			}
 		}
 	}
 	stuck, err := dbsqlc.New(s.pool).RetentionCountStuck(ctx, now.Add(-s.stuckAfter))
@@ -115,6 +139,23 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			"stuck", stuck, "stuck_after", s.stuckAfter)
 	}
 	return rep, nil
+}
+
+// pace pauses after a full batch that took took, so that deleting stays
+// within the duty cycle; it returns early with ctx's error.
+func (s *Sweeper) pace(ctx context.Context, took time.Duration) error {
+	if s.duty >= 1 {
+		return nil
+	}
+	pause := time.Duration(float64(took) * (1 - s.duty) / s.duty)
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Run sweeps every interval, with jitter so several processes spread out,

@@ -1,0 +1,2 @@
+DROP INDEX webhook_receipts_processed;
+DROP INDEX outbox_events_published;
