@@ -29,6 +29,21 @@
 // that was used, whether the answer was a replay (Idempotent-Replayed), and
 // how long the server keeps the key's record (Idempotency-Expires).
 //
+// In short (the package's Example runs the whole flow, retry and replay
+// included, against a stand-in server as part of go test):
+//
+//	c, err := client.New("http://127.0.0.1:8080", "sk_test_acme")
+//	if err != nil { ... }
+//	order, _, err := c.CreateOrder(ctx, client.CreateOrderRequest{
+//		Currency: "EUR",
+//		Items:    []client.LineItem{{SKU: "travel-mug", Quantity: 2}},
+//	})
+//	// Keep the key with the intent to resume it after a crash of your own.
+//	key := client.NewIdempotencyKey()
+//	payment, meta, err := c.Pay(ctx, order.ID, client.PaymentMethodOK, client.WithIdempotencyKey(key))
+//	if client.IsCode(err, client.CodeCardDeclined) { ... } // definite: a new attempt needs a new key
+//	if client.Retryable(err) { ... }                        // open: retry later with meta.IdempotencyKey
+//
 // The package is the public face of the contract in docs/CONTRACT.md and
 // imports nothing of the service: its types mirror the API's JSON.
 package client

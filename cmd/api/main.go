@@ -7,7 +7,9 @@
 //	api outbox stuck|retry ID|replay ID    operate the outbox
 //	api version                            print the build version
 //
-// Configuration comes from environment variables; see the README.
+// "api --help" lists the commands, "api <command> --help" (or "api help
+// <command>") explains one. Configuration comes from environment variables;
+// the README lists them all.
 package main
 
 import (
@@ -17,10 +19,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,21 +50,148 @@ func main() {
 
 const usage = `Usage: api <command> [arguments]
 
+oncepay: an orders and payments API in which retries, double clicks and
+redeliveries never cause a second order, charge or refund.
+
 Commands:
-  serve                               run the HTTP API (default)
+  serve                               run the HTTP API and its workers (default)
   migrate up                          apply all pending migrations
   migrate down [N]                    revert the last N migrations (default 1)
   migrate version                     print the applied schema version
   tenants create --slug S [--name N]  create a tenant and print its API key once
-  sweep [--once]                      delete expired records (loop every SWEEP_INTERVAL, or once)
-  outbox stuck [--limit N]            list stuck events (all tenants)
+  sweep [--once]                      delete expired records (every SWEEP_INTERVAL, or once)
+  outbox stuck [--limit N]            list the events the dispatcher gave up on (all tenants)
   outbox retry <event-id>             make a stuck or backing-off event due now
   outbox replay <event-id>            publish an event again with its original id (consumers ignore it)
   version                             print the build version
+  help [command]                      show this text, or a command's
 
-Configuration is read from environment variables (DATABASE_URL, HTTP_ADDR,
-DEMO_MODE, ...); the README lists them all.
+Run "api <command> --help" for what a command does, its flags and the
+environment variables it reads. Configuration comes from environment variables
+(DATABASE_URL, HTTP_ADDR, DEMO_MODE, ...); the README's Configuration section
+lists them all with their defaults. Documentation: README.md and docs/.
 `
+
+// helps are the commands' own help texts, printed by "api <command> --help"
+// and "api help <command>".
+var helps = map[string]string{
+	"serve": `Usage: api serve
+
+Run the HTTP API until SIGINT or SIGTERM, with its background workers: the
+outbox dispatcher (publishes events to NATS JetStream), the fulfillment
+consumer, the webhook worker, the payment recoverer and the retention sweeper.
+Without NATS_URL it runs a NATS server inside the process (files under
+NATS_STORE_DIR); without PSP_URL, the payment-provider simulator. Migrations
+are applied at start unless AUTO_MIGRATE=false.
+
+When it listens it prints "oncepay is ready at <url>" on stdout (and, in demo
+mode, the demo tenants' API keys); logs are JSON lines on stderr. On a signal
+it stops accepting requests, gives in-flight ones SHUTDOWN_TIMEOUT to finish,
+then stops the workers. Work cut off is either committed or resumed by a
+client's retry or the recoverer.
+
+Environment (default in brackets; the README lists every variable):
+  DATABASE_URL          PostgreSQL URL (required)
+  HTTP_ADDR             listen address [127.0.0.1:8080]
+  DEMO_MODE             seed tenants acme/globex (keys sk_test_acme, sk_test_globex),
+                        a catalog, and the demo UI's chaos endpoints [false]
+  AUTO_MIGRATE          apply migrations at start [true]
+  LOG_LEVEL             debug, info, warn or error [info]
+  NATS_URL              NATS server with JetStream; set it whenever more than one
+                        API process runs [empty: embedded]
+  PSP_URL, PSP_API_KEY  the payment provider [empty: embedded simulator]
+  OUTBOX_DISPATCHER, FULFILLMENT_CONSUMER
+                        run these workers in this process [true]
+  SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]
+  ADMIN_TOKEN           bearer token of /admin/outbox/... [empty: not routed]
+
+Endpoints: /v1/... (the API, described by GET /openapi.yaml), /webhooks/psp,
+/healthz, /readyz, /metrics (Prometheus), and the demo UI at /.
+`,
+	"migrate": `Usage: api migrate up | down [N] | version
+
+Manage the schema of DATABASE_URL (db/migrations, embedded in the binary) and
+print the schema version afterwards.
+
+  up         apply every pending migration
+  down [N]   revert the last N migrations (default 1); their tables and data are dropped
+  version    print the applied version, and whether a failed migration left it dirty
+
+api serve applies pending migrations itself unless AUTO_MIGRATE=false.
+
+Environment: DATABASE_URL (required).
+`,
+	"tenants": `Usage: api tenants create --slug SLUG [--name NAME]
+
+Create a tenant and print its API key. The key is shown once: only its
+SHA-256 is stored, so store it now. Clients send it as
+"Authorization: Bearer <key>"; every resource belongs to exactly one tenant.
+
+Flags:
+  --slug SLUG   the tenant's identifier: 2-40 lowercase letters, digits or dashes (required)
+  --name NAME   its display name (default: the slug)
+
+Environment: DATABASE_URL (required); migrations are applied first unless
+AUTO_MIGRATE=false.
+
+Example:
+  DATABASE_URL=$(scripts/postgres.sh dev) api tenants create --slug initech --name "Initech"
+`,
+	"sweep": `Usage: api sweep [--once]
+
+Delete expired records in small batches that never stall live traffic:
+finished idempotency records past their Idempotency-Expires, and published
+outbox events, webhook receipts and processed messages past their retention
+(RETENTION_*). Pending (unsettled) operations are never deleted; those more
+than 15 minutes past their lease are reported as stuck. Any number of
+sweepers may run at once. api serve runs one itself every SWEEP_INTERVAL.
+
+Flags:
+  --once   sweep once, print what was deleted, and exit
+           (default: sweep every SWEEP_INTERVAL until SIGINT or SIGTERM)
+
+Environment: DATABASE_URL (required), SWEEP_INTERVAL [1m], SWEEP_BATCH [500],
+RETENTION_* and HORIZON_* (see the README). It refuses to start with a
+retention shorter than a horizon it must cover.
+`,
+	"outbox": `Usage: api outbox stuck [--limit N] | retry <event-id> | replay <event-id>
+
+Operate the transactional outbox, across all tenants. With ADMIN_TOKEN set,
+the running API offers the same under /admin/outbox/.
+
+  stuck [--limit N]   list the events the dispatcher gave up on after
+                      OUTBOX_MAX_ATTEMPTS failed publishes (at most N, default 50)
+  retry <event-id>    make a stuck or backing-off event due now, with fresh
+                      attempts; the dispatcher publishes it on its next round.
+                      A published event is left alone (see replay)
+  replay <event-id>   publish an event again, now, with its original id as
+                      Nats-Msg-Id, whatever its state. Inside the stream's
+                      duplicate window (NATS_DUPLICATE_WINDOW) JetStream drops
+                      it; after it, consumers receive it and their inbox
+                      ignores it. Use it when a consumer missed an event
+
+Environment: DATABASE_URL (required). replay also reads NATS_URL, or, when it
+is empty, finds the running API's embedded NATS server through NATS_STORE_DIR
+[.data/nats].
+`,
+	"version": `Usage: api version
+
+Print the module version and the VCS revision the binary was built from.
+`,
+}
+
+// wantsHelp reports whether a command's arguments ask for its help.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
 
 // errUsage marks a command line that could not be understood.
 var errUsage = errors.New("usage")
@@ -69,8 +201,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
+	if h, ok := helps[cmd]; ok && wantsHelp(args) {
+		fmt.Fprint(stdout, h)
+		return nil
+	}
 	switch cmd {
 	case "serve":
+		if len(args) > 0 {
+			return fmt.Errorf("%w: serve takes no arguments (configuration is in the environment; see api serve --help)", errUsage)
+		}
 		return serve(ctx, getenv, stdout, stderr)
 	case "migrate":
 		return migrate(args, getenv, stdout)
@@ -81,11 +220,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "outbox":
 		return outboxCmd(ctx, args, getenv, stdout, stderr)
 	case "version":
+		if len(args) > 0 {
+			return fmt.Errorf("%w: version takes no arguments", errUsage)
+		}
 		fmt.Fprintln(stdout, version())
 		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	case "help", "-h", "-help", "--help":
+		if len(args) == 0 {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		if h, ok := helps[args[0]]; ok {
+			fmt.Fprint(stdout, h)
+			return nil
+		}
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: no command %q", errUsage, args[0])
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
@@ -124,7 +274,7 @@ func migrate(args []string, getenv func(string) string, stdout io.Writer) error 
 		return errors.New("DATABASE_URL is required")
 	}
 	if len(args) == 0 {
-		return fmt.Errorf("%w: migrate up|down [N]|version", errUsage)
+		return fmt.Errorf("%w: migrate up|down [N]|version (api migrate --help)", errUsage)
 	}
 	m, err := postgres.NewMigrator(url)
 	if err != nil {
@@ -148,7 +298,7 @@ func migrate(args []string, getenv func(string) string, stdout io.Writer) error 
 		}
 	case "version":
 	default:
-		return fmt.Errorf("%w: migrate up|down [N]|version", errUsage)
+		return fmt.Errorf("%w: migrate up|down [N]|version (api migrate --help)", errUsage)
 	}
 	v, dirty, err := m.Version()
 	if err != nil {
@@ -160,14 +310,18 @@ func migrate(args []string, getenv func(string) string, stdout io.Writer) error 
 
 func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "create" {
-		return fmt.Errorf("%w: tenants create --slug S [--name N]", errUsage)
+		return fmt.Errorf("%w: tenants create --slug S [--name N] (api tenants --help)", errUsage)
 	}
 	fs := flag.NewFlagSet("tenants create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, helps["tenants"]) }
 	slug := fs.String("slug", "", "tenant identifier (lowercase letters, digits, dashes)")
 	name := fs.String("name", "", "display name (defaults to the slug)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (api tenants --help)", errUsage, fs.Arg(0))
 	}
 	if !validSlug(*slug) {
 		return fmt.Errorf("%w: --slug must be 2-40 lowercase letters, digits or dashes", errUsage)
@@ -197,13 +351,20 @@ func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, 
 func sweep(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, helps["sweep"]) }
 	once := fs.Bool("once", false, "sweep once and exit (default: every SWEEP_INTERVAL until stopped)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (api sweep --help)", errUsage, fs.Arg(0))
+	}
 	cfg, err := app.ConfigFromEnv(getenv)
 	if err != nil {
 		return err
+	}
+	if !*once && cfg.SweepInterval <= 0 {
+		return fmt.Errorf("%w: SWEEP_INTERVAL is %v; sweep with --once, or set an interval", errUsage, cfg.SweepInterval)
 	}
 	cfg.HTTPAddr = "127.0.0.1:0" // the sweeper serves nothing
 	cfg.OutboxDispatcher, cfg.FulfillmentConsumer = false, false
@@ -220,8 +381,12 @@ func sweep(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "deleted: api_idempotency %d, outbox_events %d, webhook_receipts %d; stuck unsettled operations: %d\n",
-		rep.Deleted["api_idempotency"], rep.Deleted["outbox_events"], rep.Deleted["webhook_receipts"], rep.Stuck)
+	tables := slices.Sorted(maps.Keys(rep.Deleted))
+	deleted := make([]string, len(tables))
+	for i, table := range tables {
+		deleted[i] = fmt.Sprintf("%s %d", table, rep.Deleted[table])
+	}
+	fmt.Fprintf(stdout, "deleted: %s; stuck unsettled operations: %d\n", strings.Join(deleted, ", "), rep.Stuck)
 	return nil
 }
 
@@ -229,7 +394,7 @@ func sweep(ctx context.Context, args []string, getenv func(string) string, stdou
 // replay one to the broker with its original id (the operator's replay
 // button; the consumers' inboxes make it harmless).
 func outboxCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const use = "outbox stuck [--limit N] | outbox retry <event-id> | outbox replay <event-id>"
+	const use = "outbox stuck [--limit N] | outbox retry <event-id> | outbox replay <event-id> (api outbox --help)"
 	if len(args) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, use)
 	}
@@ -247,9 +412,13 @@ func outboxCmd(ctx context.Context, args []string, getenv func(string) string, s
 	case "stuck":
 		fs := flag.NewFlagSet("outbox stuck", flag.ContinueOnError)
 		fs.SetOutput(stderr)
+		fs.Usage = func() { fmt.Fprint(stderr, helps["outbox"]) }
 		limit := fs.Int("limit", 50, "most events to list")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if *limit < 1 || fs.NArg() > 0 {
+			return fmt.Errorf("%w: %s", errUsage, use)
 		}
 		stuck, err := outbox.NewAdmin(pool, nil, logger).Stuck(ctx, *limit)
 		if err != nil {

@@ -39,6 +39,57 @@ func TestRunHelpVersionAndUsage(t *testing.T) {
 	}
 }
 
+// Every command explains itself with --help, -h or "api help <command>",
+// without a database and without doing anything: the text goes to stdout
+// and the exit status is 0.
+func TestEveryCommandHasHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string // the synopsis first
+	}{
+		{[]string{"serve", "--help"}, []string{"Usage: api serve", "DATABASE_URL", "SIGTERM", "NATS_URL", "/metrics"}},
+		{[]string{"migrate", "--help"}, []string{"Usage: api migrate", "down [N]", "AUTO_MIGRATE"}},
+		{[]string{"migrate", "up", "-h"}, []string{"Usage: api migrate"}},
+		{[]string{"tenants", "--help"}, []string{"Usage: api tenants create", "--slug", "--name", "shown once"}},
+		{[]string{"tenants", "create", "--help"}, []string{"Usage: api tenants create"}},
+		{[]string{"sweep", "--help"}, []string{"Usage: api sweep", "--once", "SWEEP_INTERVAL", "SWEEP_BATCH"}},
+		{[]string{"outbox", "--help"}, []string{"Usage: api outbox", "stuck", "retry", "replay", "Nats-Msg-Id", "NATS_STORE_DIR"}},
+		{[]string{"outbox", "replay", "--help"}, []string{"Usage: api outbox"}},
+		{[]string{"outbox", "stuck", "-h"}, []string{"Usage: api outbox"}},
+		{[]string{"version", "--help"}, []string{"Usage: api version"}},
+		{[]string{"help", "sweep"}, []string{"Usage: api sweep"}},
+		{[]string{"help"}, []string{"Usage: api <command>", "api <command> --help", "outbox replay", "tenants create"}},
+		{[]string{"-h"}, []string{"Usage: api <command>"}},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), tc.args, env(nil), &out, &errOut); err != nil {
+			t.Errorf("%v: %v (stderr %q)", tc.args, err, errOut.String())
+			continue
+		}
+		if !strings.HasPrefix(out.String(), tc.want[0]) {
+			t.Errorf("%v printed %q, want it to start with %q", tc.args, out.String(), tc.want[0])
+		}
+		for _, w := range tc.want[1:] {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%v: the help does not mention %q", tc.args, w)
+			}
+		}
+	}
+	// Every command of the overview has its own help.
+	for name := range helps {
+		if !strings.Contains(usage, "  "+name+" ") {
+			t.Errorf("the overview does not list %q", name)
+		}
+	}
+	if err := run(context.Background(), []string{"help", "frobnicate"}, env(nil), io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Errorf("help of an unknown command: %v, want a usage error", err)
+	}
+	if err := run(context.Background(), []string{"sweep", "--once", "extra"}, env(nil), io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Errorf("sweep with a stray argument: %v, want a usage error", err)
+	}
+}
+
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	e := env(map[string]string{"DATABASE_URL": testdb.URL(t)})

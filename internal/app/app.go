@@ -170,15 +170,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
 	}
-	// The drills' hooks, with the metrics observing the same points.
-	outboxHooks, fulfillmentHooks := cfg.OutboxHooks, cfg.FulfillmentHooks
-	outboxHooks.AfterPublish = func(ids []uuid.UUID) error {
-		m.Published(len(ids))
-		if h := cfg.OutboxHooks.AfterPublish; h != nil {
-			return h(ids)
-		}
-		return nil
-	}
+	// The drills' hooks, with the metrics observing the consumer's commits.
+	fulfillmentHooks := cfg.FulfillmentHooks
 	fulfillmentHooks.AfterCommit = func(id string, outcome fulfillment.Outcome) error {
 		result := "processed"
 		if outcome == fulfillment.Duplicate {
@@ -194,7 +187,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
 			PollInterval: cfg.OutboxPollInterval,
 			MaxAttempts:  cfg.OutboxMaxAttempts,
-		}, logger.With("component", "outbox"), now, outboxHooks); err != nil {
+		}, logger.With("component", "outbox"), now, cfg.OutboxHooks, outbox.WithPublishObserver(m.OutboxPublish)); err != nil {
 			return err
 		}
 	}

@@ -62,11 +62,11 @@ func New() *Metrics {
 		}),
 		publishAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_outbox_publish_attempts_total",
-			Help: "Outbox events published (acknowledged by the broker), by result; failed attempts show in oncepay_outbox_pending_events and attempts in GET /v1/events.",
+			Help: "Outbox publish attempts by result: published (the broker acknowledged the event) or failed (no PubAck: broker down, no stream, timeout; the event backs off and is retried).",
 		}, []string{"result"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_consumer_messages_total",
-			Help: "Messages handled by consumers, by subscriber and result: processed, duplicate, failed.",
+			Help: "Messages handled by consumers and committed, by subscriber and result: processed (the effect was applied) or duplicate (the inbox already held the message id; acked, nothing applied).",
 		}, []string{"subscriber", "result"}),
 	}
 	m.reg.MustRegister(
@@ -109,8 +109,12 @@ func (m *Metrics) Swept(deleted map[string]int64, stuck int64) {
 	m.sweeperStuck.Set(float64(stuck))
 }
 
-// Published counts events the broker acknowledged.
-func (m *Metrics) Published(n int) { m.publishAttempts.WithLabelValues("published").Add(float64(n)) }
+// OutboxPublish counts n outbox publish attempts with one result:
+// "published" (acknowledged by the broker) or "failed" (the dispatcher's
+// outbox.AttemptPublished and outbox.AttemptFailed).
+func (m *Metrics) OutboxPublish(result string, n int) {
+	m.publishAttempts.WithLabelValues(result).Add(float64(n))
+}
 
 // Consumed counts one message a consumer handled.
 func (m *Metrics) Consumed(subscriber, result string) {

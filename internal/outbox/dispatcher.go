@@ -100,6 +100,34 @@ type DispatcherHooks struct {
 	AfterPublish func(ids []uuid.UUID) error
 }
 
+// Results of a publish attempt, as WithPublishObserver reports them.
+const (
+	// AttemptPublished: the broker acknowledged the row (stored it, or
+	// recognised it as a duplicate inside its window).
+	AttemptPublished = "published"
+	// AttemptFailed: no PubAck (no connection, no stream, an error from the
+	// broker, or none within PublishTimeout); the row gets an attempt, an
+	// error and a backoff, or becomes stuck.
+	AttemptFailed = "failed"
+)
+
+// DispatcherOption configures a Dispatcher.
+type DispatcherOption func(*Dispatcher)
+
+// WithPublishObserver reports the publish attempts of every batch, once per
+// result with the number of rows: AttemptPublished and AttemptFailed. It is
+// called after the PubAcks are in and before the rows are marked, from the
+// dispatcher's loops (concurrently), and must not block; internal/app
+// connects it to metrics. Failed attempts are what a broker outage looks
+// like from here, long before an event is stuck.
+func WithPublishObserver(fn func(result string, n int)) DispatcherOption {
+	return func(d *Dispatcher) {
+		if fn != nil {
+			d.observe = fn
+		}
+	}
+}
+
 // Dispatcher publishes the outbox to JetStream, at least once, with the
 // event id as Nats-Msg-Id.
 //
@@ -134,13 +162,15 @@ type Dispatcher struct {
 	logger *slog.Logger
 	now    func() time.Time
 	hooks  DispatcherHooks
+	// observe sees every batch's publish attempts (WithPublishObserver).
+	observe func(result string, n int)
 	// wake is shared by the loops: a notification wakes one idle loop, and
 	// a loop that claimed a full batch wakes another to help drain.
 	wake chan struct{}
 }
 
 // NewDispatcher returns a dispatcher that publishes with js. Call Run, and
-// Close after it returned.
+// Close after it returned. opts add observers (WithPublishObserver).
 //
 // The dispatcher opens its own connections to pool's database (at most
 // Concurrency+1, and one more to listen), because all it writes is
@@ -153,7 +183,7 @@ type Dispatcher struct {
 // attempt goes uncounted. Nothing the business depends on is written on
 // them: the outbox rows themselves and the consumers' effects commit
 // synchronously on the service's pool.
-func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherConfig, logger *slog.Logger, now func() time.Time, hooks DispatcherHooks) (*Dispatcher, error) {
+func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherConfig, logger *slog.Logger, now func() time.Time, hooks DispatcherHooks, opts ...DispatcherOption) (*Dispatcher, error) {
 	cfg = cfg.withDefaults()
 	pc := pool.Config() // a deep copy
 	pc.MinConns = 0
@@ -164,10 +194,15 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherCon
 	if err != nil {
 		return nil, fmt.Errorf("outbox dispatcher pool: %w", err)
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		pool: pool, book: book, js: js, cfg: cfg, logger: logger, now: now, hooks: hooks,
-		wake: make(chan struct{}, 1),
-	}, nil
+		observe: func(string, int) {},
+		wake:    make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	return d, nil
 }
 
 // Close releases the dispatcher's own connections. Call it after Run
@@ -245,6 +280,12 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 		} else {
 			failed = append(failed, i)
 		}
+	}
+	if len(published) > 0 {
+		d.observe(AttemptPublished, len(published))
+	}
+	if len(failed) > 0 {
+		d.observe(AttemptFailed, len(failed))
 	}
 	if h := d.hooks.AfterPublish; h != nil && len(published) > 0 {
 		if err := h(published); err != nil {

@@ -305,3 +305,59 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// The publish observer sees every attempt, failed ones included: while the
+// broker is down each claimed row is a failed attempt, and once it is back
+// each row is published exactly once; the observer's counts match the
+// rounds' results.
+func TestPublishObserverCountsFailedAndPublishedAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	cfg := fastConfig()
+	cfg.PublishTimeout = 200 * time.Millisecond
+	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.now, outbox.DispatcherHooks{},
+		outbox.WithPublishObserver(func(result string, n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[result] += n
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	counts := func() (published, failed int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[outbox.AttemptPublished], seen[outbox.AttemptFailed]
+	}
+	ctx := context.Background()
+
+	b.nats.Stop()
+	for range 3 {
+		b.appendEvent(t, "order.created")
+	}
+	res, err := d.DispatchOnce(ctx)
+	if err != nil || res.Claimed != 3 || res.Failed != 3 {
+		t.Fatalf("with the broker down: %+v, %v; want 3 claimed, 3 failed", res, err)
+	}
+	if published, failed := counts(); published != 0 || failed != 3 {
+		t.Fatalf("observer saw published %d, failed %d; want 0 and 3", published, failed)
+	}
+
+	b.nats.Restart(t)
+	wantFailed := 3
+	waitFor(t, 20*time.Second, "the events to be published after the broker came back", func() bool {
+		b.clock.advance(time.Second) // past any backoff
+		res, err := d.DispatchOnce(ctx)
+		if err != nil {
+			t.Fatalf("dispatch: %v", err)
+		}
+		wantFailed += res.Failed // attempts made while the client reconnects
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+	})
+	if published, failed := counts(); published != 3 || failed != wantFailed {
+		t.Fatalf("observer saw published %d, failed %d; want 3 and %d", published, failed, wantFailed)
+	}
+}
