@@ -427,11 +427,19 @@ func responseCodes(s *openapi3.Schema) []string {
 	return out
 }
 
+// openAPIAdminToken is the ADMIN_TOKEN of the OpenAPI tests: with it the
+// server routes the operator endpoints, which the document describes too.
+const openAPIAdminToken = "admin-token-openapi"
+
+// withAdminToken sets the ADMIN_TOKEN of a setup.
+func withAdminToken(c *app.Config) { c.AdminToken = openAPIAdminToken }
+
 // Every route of the server is described, and every described operation is
-// a route of the server.
+// a route of the server (the operator endpoints included: they are routed
+// with an ADMIN_TOKEN).
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withAdminToken)
 	spec, err := openAPI()
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +483,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 // transport: every exchange below is checked against the document.
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withAdminToken)
 	v := validating(t, b)
 
 	want := func(r response, status int) response {
@@ -597,6 +605,60 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	wantProblem(t, b.webhook(t, "msg_oa_5", `{"id":"`+strings.Repeat("x", 70<<10)+`"}`, true), 413, "request_too_large")
 	wantProblem(t, b.webhook(t, "msg_oa_4", `{"id":"evt_oa_4","type":"charge.exploded","data":{"object":{"id":"ch_1"}}}`, true), 422, "validation_failed")
 
+	// Operator endpoints (ADMIN_TOKEN): the first order's event is made
+	// stuck, listed, retried (the dispatcher publishes it again), retried
+	// once more (published: nothing to do) and replayed.
+	ctx := context.Background()
+	var eventID string
+	if err := b.pool.QueryRow(ctx, `SELECT id::text FROM outbox_events WHERE aggregate_id = $1 AND event_type = 'order.created'`,
+		orderID).Scan(&eventID); err != nil {
+		t.Fatalf("order.created event of %s: %v", orderID, err)
+	}
+	published := func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, eventID) == 1
+	}
+	waitFor(t, 15*time.Second, published)
+	// As the dispatcher leaves an event after its last failed attempt; once
+	// published, the dispatcher no longer touches the row, so this does not race.
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_events SET published_at = NULL, stuck_at = now(), attempts = 10,
+		last_error = 'nats: timeout', next_attempt_at = now() WHERE id = $1`, eventID); err != nil {
+		t.Fatal(err)
+	}
+	stuck := want(b.admin(t, "GET", "/admin/outbox/stuck?limit=5"), http.StatusOK).json(t)
+	if data, _ := stuck["data"].([]any); len(data) != 1 || data[0].(map[string]any)["id"] != eventID {
+		t.Fatalf("stuck = %v, want the one event %s", stuck, eventID)
+	}
+	want(b.admin(t, "GET", "/admin/outbox/stuck"), http.StatusOK)
+	wantProblem(t, b.admin(t, "GET", "/admin/outbox/stuck?limit=101"), 422, "validation_failed")
+	anonymous := b.do(t, "GET", "/admin/outbox/stuck", "", "", "")
+	wantProblem(t, anonymous, 401, "unauthorized")
+	if got := anonymous.header.Get("WWW-Authenticate"); got != `Bearer realm="oncepay"` {
+		t.Fatalf("401 WWW-Authenticate = %q", got)
+	}
+	wantProblem(t, b.do(t, "GET", "/admin/outbox/stuck", acme, "", ""), 401, "unauthorized") // an API key is no operator token
+
+	retryPath, replayPath := "/admin/outbox/events/"+eventID+"/retry", "/admin/outbox/events/"+eventID+"/replay"
+	retried := want(b.admin(t, "POST", retryPath), http.StatusOK).json(t)
+	if ev := retried["event"].(map[string]any); retried["retried"] != true || ev["id"] != eventID || ev["status"] != "pending" {
+		t.Fatalf("retry of the stuck event = %v, want it retried and pending", retried)
+	}
+	waitFor(t, 15*time.Second, published) // the dispatcher, woken by the retry
+	if again := want(b.admin(t, "POST", retryPath), http.StatusOK).json(t); again["retried"] != false {
+		t.Fatalf("retry of the published event = %v, want retried false", again)
+	}
+	replayed := want(b.admin(t, "POST", replayPath), http.StatusOK).json(t)
+	if ev := replayed["event"].(map[string]any); ev["id"] != eventID || ev["status"] != "published" || replayed["stream"] != "ONCEPAY_EVENTS" {
+		t.Fatalf("replay = %v, want event %s published, stream ONCEPAY_EVENTS", replayed, eventID)
+	}
+	const unknownEvent = "01a22931-c9da-71c4-a494-fc128972f4cb"
+	wantProblem(t, b.admin(t, "POST", "/admin/outbox/events/"+unknownEvent+"/retry"), 404, "not_found")
+	wantProblem(t, b.admin(t, "POST", "/admin/outbox/events/"+unknownEvent+"/replay"), 404, "not_found")
+	wantProblem(t, b.admin(t, "POST", "/admin/outbox/events/not-a-uuid/retry"), 404, "not_found")
+	wantProblem(t, b.do(t, "POST", retryPath, "", "", ""), 401, "unauthorized")
+	wantProblem(t, b.do(t, "POST", retryPath, "not-the-admin-token", "", ""), 401, "unauthorized")
+	wantProblem(t, b.do(t, "POST", replayPath, "not-the-admin-token", "", ""), 401, "unauthorized")
+	wantProblem(t, b.admin(t, "GET", replayPath), 405, "method_not_allowed")
+
 	// Not ready: the schema no longer matches the binary.
 	if _, err := b.pool.Exec(context.Background(), `UPDATE schema_migrations SET dirty = true`); err != nil {
 		t.Fatal(err)
@@ -663,6 +725,13 @@ func (b *testBundle) webhook(t *testing.T, id, body string, sign bool) response 
 		t.Fatal(err)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: raw}
+}
+
+// admin sends a request to an operator endpoint with the admin token (no
+// Idempotency-Key, no body), through b's validating client.
+func (b *testBundle) admin(t *testing.T, method, path string) response {
+	t.Helper()
+	return b.do(t, method, path, openAPIAdminToken, "", "")
 }
 
 func openAPIMust(t *testing.T) *openAPISpec {

@@ -215,6 +215,12 @@ type Claim struct {
 	CreatedAt time.Time
 	// ResourceID is the resource recorded by an earlier phase, if any.
 	ResourceID *uuid.UUID
+
+	// lease is the locked_until this claim last wrote and holder the
+	// record's request_id when it was claimed: together they tell this
+	// claim's lease from another owner's (Release).
+	lease  time.Time
+	holder string
 }
 
 // Begin claims r's key inside tx. The outcomes:
@@ -249,7 +255,7 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	switch {
 	case err == nil:
 		s.observe(r.Operation, OutcomeExecuted)
-		return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt}, nil
+		return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt, lease: leaseUntil, holder: row.RequestID}, nil
 	case postgres.IsLockTimeout(err):
 		s.observe(r.Operation, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
@@ -285,11 +291,11 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	}
 	if row.LockedUntil != nil && row.LockedUntil.After(now) {
 		s.observe(r.Operation, OutcomeInProgress)
-		return nil, inProgress(row.LockedUntil.Sub(now), nil)
+		return nil, inProgress(s.leaseRetryAfter(*row.LockedUntil, now), nil)
 	}
 	s.observe(r.Operation, OutcomeResumed)
 	// The previous owner's lease ran out: take the claim over.
-	taken := &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}
+	taken := &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID, holder: row.RequestID}
 	if err := taken.checkpoint(ctx, tx, row.RecoveryPoint, nil, leaseUntil, now); err != nil {
 		return nil, fmt.Errorf("renew idempotency lease: %w", err)
 	}
@@ -334,13 +340,36 @@ func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint st
 	return c.checkpoint(ctx, tx, recoveryPoint, res, now.Add(c.store.lease), now)
 }
 
-// Release ends the lease of a pending claim at once, keeping its recovery
-// point: the outcome is unknown (the provider did not answer), and the
-// client's retry may resume the attempt right away instead of waiting for the
-// lease to run out.
-func (c *Claim) Release(ctx context.Context, tx dbsqlc.DBTX) error {
+// Release ends this claim's lease at once, keeping its recovery point and
+// its pending state, for an attempt that stopped without a final outcome
+// while its process lives on (an unknown provider outcome, a failed phase 2):
+// nobody works on it any more, so a retry or the recoverer may resume it
+// right away instead of meeting request_in_progress until the lease runs out.
+//
+// It releases only the lease this claim holds. When the record is finished
+// or gone, or carries another lease (this claim's transaction never
+// committed and another request claimed the key, or this lease ran out and
+// another owner took the claim over and may be at the provider now), Release
+// changes nothing and reports false: ending someone else's lease would let a
+// third party resume an attempt that is still running.
+func (c *Claim) Release(ctx context.Context, tx dbsqlc.DBTX) (bool, error) {
+	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
+		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock idempotency record: %w", err)
+	}
+	if row.State != StatePending || row.LockedUntil == nil || !row.LockedUntil.Equal(c.lease) || row.RequestID != c.holder {
+		return false, nil
+	}
 	now := c.store.now().UTC().Truncate(time.Microsecond)
-	return c.checkpoint(ctx, tx, c.RecoveryPoint, nil, now, now)
+	if err := c.checkpoint(ctx, tx, row.RecoveryPoint, nil, now, now); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (c *Claim) checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string, res *Resource, leaseUntil, now time.Time) error {
@@ -360,6 +389,7 @@ func (c *Claim) checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint st
 		return fmt.Errorf("checkpoint idempotency record: %w", err)
 	}
 	c.RecoveryPoint = recoveryPoint
+	c.lease = leaseUntil
 	return nil
 }
 
@@ -421,6 +451,8 @@ func (s *Store) ClaimExpired(ctx context.Context, tx dbsqlc.DBTX, ops []Operatio
 			Resumed:       true,
 			CreatedAt:     row.CreatedAt,
 			ResourceID:    row.ResourceID,
+			lease:         deref(row.LockedUntil),
+			holder:        row.RequestID,
 		}
 	}
 	return claims, nil
@@ -499,16 +531,32 @@ func reused() error {
 		"This Idempotency-Key was already used with a different request. Use a new key for a new intent.")
 }
 
-// maxInProgressRetryAfter caps the Retry-After of request_in_progress. The
-// first request usually finishes in milliseconds; only a crashed one keeps its
-// claim until the lease ends, and a client that asks again every few seconds
-// learns either way soon enough.
-const maxInProgressRetryAfter = 2 * time.Second
+// briefInProgress is how long an owner that has just taken its lease is
+// given before a duplicate asks again: a live attempt usually finishes in
+// milliseconds (one provider round trip).
+const briefInProgress = 2 * time.Second
+
+// leaseRetryAfter is the Retry-After of request_in_progress for a pending
+// claim whose lease runs until until. While the owner has held the lease for
+// less than briefInProgress it is most likely at work and about to finish:
+// ask again shortly. After that the owner is slow or gone (its process
+// crashed; nothing here tells the two apart), and the key cannot be taken
+// over before its lease runs out: ask again then, when the retry resumes the
+// attempt itself. A client that kept asking every two seconds would instead
+// use up its attempts against a lease nobody works under.
+func (s *Store) leaseRetryAfter(until, now time.Time) time.Duration {
+	remaining := until.Sub(now)
+	if held := s.lease - remaining; held < briefInProgress {
+		return min(remaining, briefInProgress)
+	}
+	return remaining
+}
 
 // inProgress is the answer to a duplicate that arrives while the first request
-// still runs: retry the same request after retryAfter (capped).
+// still runs: retry the same request after retryAfter, in whole seconds
+// rounded up (at least one).
 func inProgress(retryAfter time.Duration, cause error) error {
-	secs := math.Ceil(min(retryAfter, maxInProgressRetryAfter).Seconds())
+	secs := math.Ceil(retryAfter.Seconds())
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "A request with this Idempotency-Key is still in progress. Retry it with the same key.",
@@ -518,3 +566,11 @@ func inProgress(retryAfter time.Duration, cause error) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}

@@ -25,7 +25,8 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -278,4 +279,134 @@ func countRows(t *testing.T, pool *pgxpool.Pool, q string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// claim begins r in a transaction of its own and commits it (or rolls it
+// back with rollback), returning the claim.
+func (b *storeBundle) claim(t *testing.T, r idempotency.Request, rollback bool) *idempotency.Claim {
+	t.Helper()
+	ctx := context.Background()
+	var c *idempotency.Claim
+	errRollback := errors.New("roll back")
+	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		if c, err = b.store.Begin(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := c.Checkpoint(ctx, tx, "charge_requested", nil); err != nil {
+			return err
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	if err != nil && !(rollback && errors.Is(err, errRollback)) {
+		t.Fatalf("claim %s: %v", r.Key, err)
+	}
+	return c
+}
+
+func (b *storeBundle) release(t *testing.T, c *idempotency.Claim) bool {
+	t.Helper()
+	var released bool
+	err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var err error
+		released, err = c.Release(context.Background(), tx)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	return released
+}
+
+// Release gives back the claim's own lease, and never another owner's: a
+// lease ended by somebody who no longer holds it would let a third request
+// resume an attempt whose owner may be at the provider right now.
+func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	wantBusy := func(t *testing.T, r idempotency.Request, why string) {
+		t.Helper()
+		if _, err := b.execute(t, r, created(`{}`)); problem.CodeOf(err) != problem.RequestInProgress {
+			t.Fatalf("%s: Begin = %v, want request_in_progress", why, err)
+		}
+	}
+
+	t.Run("own lease", func(t *testing.T) {
+		r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "own", `{}`)
+		c := b.claim(t, r, false)
+		if !b.release(t, c) {
+			t.Fatal("Release of the claim's own lease = false")
+		}
+		var resumed *idempotency.Claim
+		err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+			var err error
+			resumed, err = b.store.Begin(context.Background(), tx, r)
+			return err
+		})
+		if err != nil || !resumed.Resumed || resumed.RecoveryPoint != "charge_requested" {
+			t.Fatalf("Begin right after Release = %+v, %v; want the attempt resumed at once", resumed, err)
+		}
+	})
+
+	t.Run("taken over after the lease", func(t *testing.T) {
+		r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "taken", `{}`)
+		stale := b.claim(t, r, false)
+		b.clock.advance(lease + time.Second)
+		if owner := b.claim(t, r, false); !owner.Resumed {
+			t.Fatal("the second claim did not take the first one over")
+		}
+		if b.release(t, stale) {
+			t.Fatal("Release by the former owner ended the new owner's lease")
+		}
+		wantBusy(t, r, "after a stale Release")
+	})
+
+	t.Run("never committed", func(t *testing.T) {
+		// Two attempts of one key at the same instant: the first one's
+		// transaction rolls back, the second then claims the key.
+		first := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "rolled-back", `{}`)
+		first.RequestID = "attempt-1"
+		second := first
+		second.RequestID = "attempt-2"
+		lost := b.claim(t, first, true)
+		if owner := b.claim(t, second, false); owner.Resumed {
+			t.Fatal("the second attempt resumed a claim that never committed")
+		}
+		if b.release(t, lost) {
+			t.Fatal("Release of a claim that never committed ended another attempt's lease")
+		}
+		wantBusy(t, first, "after Release of a rolled-back claim")
+	})
+}
+
+// The Retry-After of request_in_progress: short while the owner has only just
+// taken the lease (it is most likely about to finish), then what is left of
+// the lease, since a held lease cannot be taken over earlier and an owner
+// that holds it this long is slow or dead. A client that kept coming back
+// every two seconds would use up its attempts before the lease ends.
+func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "held", `{}`)
+	claimedAt := b.clock.now()
+	b.claim(t, r, false)
+	for _, tc := range []struct {
+		at   time.Duration // since the claim
+		want time.Duration
+	}{
+		{500 * time.Millisecond, 2 * time.Second},
+		{1900 * time.Millisecond, 2 * time.Second},
+		{5 * time.Second, lease - 5*time.Second},
+		{lease - 1500*time.Millisecond, 2 * time.Second}, // 1.5 s left, rounded up
+	} {
+		b.clock.set(claimedAt.Add(tc.at))
+		_, err := b.execute(t, r, created(`{}`))
+		var pe *problem.Error
+		if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter != tc.want {
+			t.Fatalf("%v into the lease: %v, want request_in_progress with Retry-After %v", tc.at, err, tc.want)
+		}
+	}
 }

@@ -33,7 +33,7 @@ func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID
 	if err != nil || final != nil {
 		return deref(final), err
 	}
-	return s.completeRefund(ctx, claim, ref)
+	return s.afterPhase1(ctx, claim, func() (idempotency.Response, error) { return s.completeRefund(ctx, claim, ref) })
 }
 
 func (s *Service) createRefund(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, paymentID uuid.UUID, amount int64) (dbsqlc.Refund, *idempotency.Response, error) {
@@ -105,7 +105,7 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 		}
 		if h := s.hooks.AfterProviderCall; h != nil {
 			if err := h(idempotency.OpRefundsCreate); err != nil {
-				return idempotency.Response{}, err
+				return idempotency.Response{}, &crashedError{err}
 			}
 		}
 	}
@@ -138,10 +138,7 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 		}
 		return nil
 	})
-	if err != nil {
-		s.release(ctx, claim)
-	}
-	return resp, err
+	return resp, err // on an error the caller (afterPhase1) releases the claim
 }
 
 func (s *Service) refundAtProvider(ctx context.Context, claim *idempotency.Claim, ref dbsqlc.Refund) (ProviderRefund, error) {

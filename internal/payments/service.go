@@ -26,7 +26,8 @@ import (
 type Hooks struct {
 	// AfterProviderCall runs after the provider answered and before phase 2
 	// records the outcome. An error stops the operation right there, as a
-	// crash would (drill 7): the claim stays pending with its lease.
+	// crash would (drill 7): the claim stays pending with its lease, which a
+	// dead process cannot give back.
 	AfterProviderCall func(op idempotency.Operation) error
 	// InPhase2 runs inside phase 2's transaction, before it commits. An
 	// error rolls phase 2 back, as a lost database connection would; the
@@ -69,8 +70,44 @@ func (s *Service) Pay(ctx context.Context, req idempotency.Request, orderID uuid
 	if err != nil || final != nil {
 		return deref(final), err
 	}
-	return s.completePayment(ctx, claim, pay)
+	return s.afterPhase1(ctx, claim, func() (idempotency.Response, error) { return s.completePayment(ctx, claim, pay) })
 }
+
+// afterPhase1 runs work, everything an operation does on its claim after
+// phase 1 committed (the provider call and phase 2). When work ends without
+// having stored an outcome, by an error or a panic, the claim's lease is
+// given back before the caller answers (release): the attempt stays pending
+// but nobody works on it any more, so the client's retry resumes it at once
+// instead of meeting request_in_progress until the lease runs out. Only a
+// crash keeps the lease (the AfterProviderCall hook's crashedError stands for
+// one); the lease and the recoverer deal with those.
+//
+// Money safety: work calls the provider synchronously, so once it has
+// returned, no provider call of this attempt is left running in this
+// process. One the provider may still be executing (a timeout) is what the
+// resumed attempt's lookup by reference and its unchanged provider key are
+// for, exactly as after an unknown outcome.
+func (s *Service) afterPhase1(ctx context.Context, claim *idempotency.Claim, work func() (idempotency.Response, error)) (resp idempotency.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.release(ctx, claim)
+			panic(p)
+		}
+	}()
+	resp, err = work()
+	var crash *crashedError
+	if err != nil && !errors.As(err, &crash) {
+		s.release(ctx, claim)
+	}
+	return resp, err
+}
+
+// crashedError is the AfterProviderCall hook's error: the process "died"
+// there, so nothing of it may run afterwards, release included.
+type crashedError struct{ err error }
+
+func (e *crashedError) Error() string { return e.err.Error() }
+func (e *crashedError) Unwrap() error { return e.err }
 
 // phase1 is the first phase of a multi-phase operation. It answers from the
 // stored outcome when there is one (the unlocked fast path, then under the
@@ -84,26 +121,32 @@ func phase1[T any](ctx context.Context, s *Service, req idempotency.Request,
 	if final, err = s.idem.Lookup(ctx, s.pool, req); err != nil || final != nil {
 		return nil, attempt, final, err
 	}
+	var ran bool // the transaction's work succeeded: an error now is its commit's
 	err = postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		if claim, err = s.idem.Begin(ctx, tx, req); err != nil {
+		err := func() error {
+			var err error
+			if claim, err = s.idem.Begin(ctx, tx, req); err != nil {
+				return err
+			}
+			if claim.Replay != nil {
+				final = claim.Replay
+				return nil
+			}
+			if claim.ResourceID != nil { // phase 1 committed before: resume that attempt
+				attempt, err = load(dbsqlc.New(tx), *claim.ResourceID)
+				return err
+			}
+			attempt, final, err = create(tx, claim)
 			return err
-		}
-		if claim.Replay != nil {
-			final = claim.Replay
-			return nil
-		}
-		if claim.ResourceID != nil { // phase 1 committed before: resume that attempt
-			attempt, err = load(dbsqlc.New(tx), *claim.ResourceID)
-			return err
-		}
-		attempt, final, err = create(tx, claim)
+		}()
+		ran = err == nil
 		return err
 	})
-	if err != nil && claim != nil && final == nil {
+	if err != nil && ran && claim != nil && final == nil {
 		// The commit may have happened although it reported an error (a
 		// dropped connection): give a claim that may exist back at once. If
-		// nothing committed, this changes nothing.
+		// nothing committed, the record is not leased by this claim and
+		// release changes nothing.
 		s.release(ctx, claim)
 	}
 	return claim, attempt, final, err
@@ -187,7 +230,7 @@ func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim,
 		charge = &c
 		if h := s.hooks.AfterProviderCall; h != nil {
 			if err := h(idempotency.OpPaymentsCreate); err != nil {
-				return idempotency.Response{}, err
+				return idempotency.Response{}, &crashedError{err}
 			}
 		}
 	}
@@ -217,10 +260,7 @@ func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim,
 		}
 		return nil
 	})
-	if err != nil {
-		s.release(ctx, claim)
-	}
-	return resp, err
+	return resp, err // on an error the caller (afterPhase1) releases the claim
 }
 
 // charge asks the provider for the charge. A resumed attempt may have
@@ -340,10 +380,10 @@ func (s *Service) finishProblem(ctx context.Context, tx pgx.Tx, claim *idempoten
 }
 
 // unknownOutcome answers 503 when the provider's answer is unknown. The claim
-// stays pending (nothing final is stored) and its lease ends now, so the
-// client's retry resumes the attempt with the same provider key at once. A
-// definite refusal is no unknown outcome; it is a bug of ours, kept pending
-// for an operator to see.
+// stays pending (nothing final is stored) and its lease ends (afterPhase1), so
+// the client's retry resumes the attempt with the same provider key at once.
+// A definite refusal is no unknown outcome; it is a bug of ours, kept pending
+// for an operator to see (its lease ends all the same: nobody works on it).
 func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, cause error) (idempotency.Response, error) {
 	var rejected *RejectedError
 	if errors.As(cause, &rejected) {
@@ -351,7 +391,6 @@ func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, 
 	}
 	s.logger.WarnContext(ctx, "provider outcome unknown; attempt stays pending",
 		"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key), "error", cause.Error())
-	s.release(ctx, claim)
 	return idempotency.Response{}, &problem.Error{
 		Code:       problem.PaymentProviderUnavailable,
 		Detail:     "The payment provider did not answer. Nothing is lost: retry with the same Idempotency-Key to resume this attempt.",
@@ -360,22 +399,57 @@ func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, 
 	}
 }
 
-// release ends the claim's lease after an attempt failed between its phases
-// (an unknown provider outcome, a failed phase 2), so the client's retry
-// resumes it at once instead of meeting request_in_progress until the lease
-// runs out. A crash cannot release; then the lease and the recoverer do. The
-// provider call may have used up ctx's time (a timeout is an unknown
-// outcome): release runs on a context of its own.
+// releaseTimeout bounds release, which runs after the operation's own time
+// may be used up (a provider timeout is an unknown outcome).
+const releaseTimeout = 5 * time.Second
+
+// release ends the claim's lease after an attempt stopped between its phases
+// while this process lives on (Claim.Release, which never touches a lease
+// that is not this claim's). A crash cannot release; then the lease and the
+// recoverer do.
+//
+// The failure that brought us here is often the database connection: when
+// the database dropped every backend, each idle connection of the pool is
+// dead too and would fail the release the same way. So after a failure on
+// the pool, release retries on a connection of its own, opened for it, until
+// releaseTimeout. If that fails as well, the lease simply runs out.
 func (s *Service) release(ctx context.Context, claim *idempotency.Claim) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	var err error
-	for range 2 { // once more on a fresh connection: the failure may have been the connection
-		if err = postgres.InTx(rctx, s.pool, func(tx pgx.Tx) error { return claim.Release(rctx, tx) }); err == nil {
-			return
+	err := s.releaseOn(rctx, s.pool, claim)
+	for wait := 50 * time.Millisecond; err != nil; wait = min(2*wait, time.Second) {
+		if err = s.releaseOnFreshConn(rctx, claim); err == nil || rctx.Err() != nil {
+			break
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(wait):
 		}
 	}
-	s.logger.ErrorContext(ctx, "release lease", "error", err.Error()) // the lease then simply runs out
+	if err != nil {
+		s.logger.ErrorContext(ctx, "release lease; it runs out instead", "operation", claim.Request().Operation,
+			"idempotency_key", string(claim.Request().Key), "error", err.Error())
+	}
+}
+
+func (s *Service) releaseOn(ctx context.Context, db postgres.TxBeginner, claim *idempotency.Claim) error {
+	return postgres.InTx(ctx, db, func(tx pgx.Tx) error {
+		released, err := claim.Release(ctx, tx)
+		if err == nil && !released {
+			s.logger.InfoContext(ctx, "lease not released: not this claim's (never committed, finished, or taken over)",
+				"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key))
+		}
+		return err
+	})
+}
+
+func (s *Service) releaseOnFreshConn(ctx context.Context, claim *idempotency.Claim) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return s.releaseOn(ctx, conn, claim)
 }
 
 // Get returns one of the tenant's payments.
