@@ -62,9 +62,11 @@ fuzz:
 	 done
 
 ## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
-##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags (docs/BENCHMARKS.md)
+##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_API_ENV for
+##        the API's environment (docs/BENCHMARKS.md)
 BENCH_DURATION ?= 10s
 BENCH_ARGS ?=
+BENCH_API_ENV ?=
 bench: build
 	@DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
 	 mkdir -p .data/bench; \
@@ -74,7 +76,7 @@ bench: build
 	   if ! (exec 3<>"/dev/tcp/127.0.0.1/$$c") 2>/dev/null; then port=$$c; break; fi; \
 	 done; \
 	 [ -n "$$port" ] || { echo "bench: no free port found" >&2; exit 1; }; \
-	 DEMO_MODE=true SWEEP_INTERVAL=0 HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
+	 DEMO_MODE=true SWEEP_INTERVAL=0 $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
 	 trap 'kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; scripts/postgres.sh --stop bench || true' EXIT; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log"; \

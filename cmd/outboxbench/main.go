@@ -306,7 +306,8 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 	if _, err := cons.Declare(ctx); err != nil {
 		return 0, err
 	}
-	d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{}, logger, time.Now, outbox.DispatcherHooks{})
+	events := outbox.NewSignal() // as in api serve: the committer wakes its dispatcher
+	d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{}, logger, time.Now, outbox.DispatcherHooks{}, outbox.WithSignal(events))
 	if err != nil {
 		return 0, err
 	}
@@ -353,6 +354,9 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 			defer func() { <-slots }()
 			id, err := commitPaidOrder(ctx, pool, tenantID, i)
 			at := time.Now()
+			if err == nil {
+				events.Committed()
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

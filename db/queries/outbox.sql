@@ -79,5 +79,5 @@ ORDER BY seq
 LIMIT @max_rows;
 
 -- name: OutboxNotify :exec
--- OutboxNotify wakes the dispatchers (the insert trigger does the same).
+-- OutboxNotify wakes the dispatchers of every process (an operator's retry).
 SELECT pg_notify('oncepay_outbox', '');

@@ -54,9 +54,11 @@ type App struct {
 	sweeper  *retention.Sweeper
 
 	// nats is the embedded broker (nil with NATS_URL set).
-	nats        *broker.Embedded
-	nc          *nats.Conn
-	dispatcher  *outbox.Dispatcher
+	nats       *broker.Embedded
+	nc         *nats.Conn
+	dispatcher *outbox.Dispatcher
+	// events wakes the dispatcher after a commit that appended events.
+	events      *outbox.Signal
 	fulfillment *fulfillment.Consumer
 	outboxAdmin *outbox.Admin
 	// webhookWorker applies received provider webhooks.
@@ -110,9 +112,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	m := metrics.New()
 	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now,
 		idempotency.WithObserver(func(op idempotency.Operation, outcome string) { m.Idempotency(string(op), outcome) }))
-	orderSvc := orders.NewService(pool, idem, logger, now, cfg.WriteTimeout)
+	a.events = outbox.NewSignal()
+	orderSvc := orders.NewService(pool, idem, a.events, logger, now, cfg.WriteTimeout)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
-	a.payments = payments.NewService(pool, idem, provider, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	a.payments = payments.NewService(pool, idem, provider, a.events, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
 	m.WatchOutbox(pool, `SELECT count(*) FROM outbox_events WHERE stuck_at IS NOT NULL AND published_at IS NULL`)
 	if err := a.startEvents(ctx, cfg, logger, now, m); err != nil {
 		return nil, err
@@ -121,7 +124,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
-	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now)
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now)
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
 		retention.WithDutyCycle(cfg.SweepDutyCycle))
@@ -187,7 +190,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
 			PollInterval: cfg.OutboxPollInterval,
 			MaxAttempts:  cfg.OutboxMaxAttempts,
-		}, logger.With("component", "outbox"), now, cfg.OutboxHooks, outbox.WithPublishObserver(m.OutboxPublish)); err != nil {
+		}, logger.With("component", "outbox"), now, cfg.OutboxHooks,
+			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events)); err != nil {
 			return err
 		}
 	}

@@ -275,7 +275,7 @@ const outboxNotify = `-- name: OutboxNotify :exec
 SELECT pg_notify('oncepay_outbox', '')
 `
 
-// OutboxNotify wakes the dispatchers (the insert trigger does the same).
+// OutboxNotify wakes the dispatchers of every process (an operator's retry).
 func (q *Queries) OutboxNotify(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxNotify)
 	return err

@@ -27,14 +27,17 @@ type Service struct {
 	logger       *slog.Logger
 	now          func() time.Time
 	writeTimeout time.Duration
+	events       *outbox.Signal
 }
 
 // NewService returns a Service. writeTimeout bounds a create once it has
 // started: a started create runs to its end even if the client goes away
 // (its context is detached from the request), so a lost response never
 // leaves half a decision behind and the retry is answered by a replay.
-func NewService(pool *pgxpool.Pool, idem *idempotency.Store, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration) *Service {
-	return &Service{pool: pool, idem: idem, logger: logger, now: now, writeTimeout: writeTimeout}
+// events is told after every commit that appended an order.created event
+// (nil: nobody is told; the dispatcher finds it at its next poll).
+func NewService(pool *pgxpool.Pool, idem *idempotency.Store, events *outbox.Signal, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration) *Service {
+	return &Service{pool: pool, idem: idem, events: events, logger: logger, now: now, writeTimeout: writeTimeout}
 }
 
 // Create executes orders.create for req at most once. The returned response
@@ -82,6 +85,9 @@ func (s *Service) Create(ctx context.Context, req idempotency.Request, in Create
 	})
 	if err != nil {
 		return idempotency.Response{}, err
+	}
+	if !resp.Replayed {
+		s.events.Committed()
 	}
 	return resp, nil
 }

@@ -21,8 +21,9 @@ import (
 	"github.com/oncepay/oncepay/internal/dbsqlc"
 )
 
-// NotifyChannel is the PostgreSQL channel the outbox insert trigger
-// notifies (migration 000003) and the dispatchers listen on.
+// NotifyChannel is the PostgreSQL channel the dispatchers listen on, for
+// wake-ups from other processes (OutboxNotify: an operator's retry). The
+// services of the same process wake it with a Signal instead.
 const NotifyChannel = "oncepay_outbox"
 
 // maxErrorLen bounds last_error.
@@ -113,6 +114,16 @@ const (
 
 // DispatcherOption configures a Dispatcher.
 type DispatcherOption func(*Dispatcher)
+
+// WithSignal makes s wake the dispatcher: the services of the same process
+// call s.Committed after a transaction that appended events committed.
+func WithSignal(s *Signal) DispatcherOption {
+	return func(d *Dispatcher) {
+		if s != nil {
+			d.wake = s.c
+		}
+	}
+}
 
 // WithPublishObserver reports the publish attempts of every batch, once per
 // result with the number of rows: AttemptPublished and AttemptFailed. It is
@@ -389,10 +400,11 @@ func Backoff(attempts int, base, max time.Duration, jitter float64) time.Duratio
 }
 
 // Run dispatches until ctx is cancelled, then returns nil. It runs
-// Concurrency loops. A loop starts a round at once, when a notification of
-// an outbox insert wakes it (LISTEN oncepay_outbox on a connection of its
-// own; one notification wakes one idle loop), when another loop claimed a
-// full batch, and every PollInterval otherwise. A round drains full
+// Concurrency loops. A loop starts a round at once, when a service of this
+// process signals a commit (WithSignal) or another process notifies
+// (LISTEN oncepay_outbox on a connection of its own; one wake-up wakes one
+// idle loop), when another loop claimed a full batch, and every
+// PollInterval otherwise. A round drains full
 // batches before it waits again. Losing the listening connection
 // is logged and repaired in the background; polling carries on meanwhile.
 func (d *Dispatcher) Run(ctx context.Context) error {

@@ -29,6 +29,9 @@ type testBundle struct {
 	logger   *slog.Logger
 	clock    *testClock
 	tenantID uuid.UUID
+	// events is what a service of the test's "process" would tell its
+	// dispatchers after a commit (appendEvent does).
+	events *outbox.Signal
 }
 
 // testClock is real time plus an offset the test can move, e.g. past a
@@ -53,7 +56,7 @@ func (c *testClock) advance(d time.Duration) {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url := testdb.URL(t)
-	b := &testBundle{dbURL: url, pool: openPool(t, url), clock: &testClock{}}
+	b := &testBundle{dbURL: url, pool: openPool(t, url), clock: &testClock{}, events: outbox.NewSignal()}
 	b.nats = brokertest.Start(t, broker.StreamsConfig{})
 	b.logger = b.nats.Logger
 	b.tenantID = uuid.New()
@@ -89,7 +92,7 @@ func fastConfig() outbox.DispatcherConfig {
 // dispatcher returns a dispatcher closed when the test ends.
 func (b *testBundle) dispatcher(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
 	t.Helper()
-	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.now, hooks)
+	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.now, hooks, outbox.WithSignal(b.events))
 	if err != nil {
 		t.Fatalf("new dispatcher: %v", err)
 	}
@@ -111,7 +114,8 @@ func run(t *testing.T, d *outbox.Dispatcher) {
 	})
 }
 
-// appendEvent commits one event of typ in its own transaction.
+// appendEvent commits one event of typ in its own transaction and then
+// signals the commit, as the services do.
 func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
 	t.Helper()
 	var id uuid.UUID
@@ -123,6 +127,7 @@ func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
+	b.events.Committed()
 	return id
 }
 

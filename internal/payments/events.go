@@ -20,44 +20,49 @@ var ErrUnknownReference = errors.New("provider event names no payment or refund 
 // payment by the reference we put in the charge's metadata. States only move
 // forward: a pending payment is finished (a payment left pending by an
 // unknown outcome is completed by its webhook); a finished one is left as it
-// is, so a late or repeated event changes nothing.
-func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) error {
+// is, so a late or repeated event changes nothing. applied reports whether
+// the event finished the payment (and appended its outbox event).
+func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (applied bool, err error) {
 	id, err := uuid.Parse(c.Metadata["reference"])
 	if err != nil {
-		return fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
 	pay, err := dbsqlc.New(tx).PaymentGetByID(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
 	if err != nil {
-		return fmt.Errorf("load payment: %w", err)
+		return false, fmt.Errorf("load payment: %w", err)
 	}
 	if pay.Status != StatusPending {
-		return nil
+		return false, nil
 	}
-	_, err = s.applyCharge(ctx, tx, pay, c)
-	return err
+	if _, err := s.applyCharge(ctx, tx, pay, c); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // ApplyRefundEvent applies a provider refund (charge.refunded) in the
 // caller's transaction, found by the reference in the refund's metadata.
 // Forward only, like ApplyChargeEvent.
-func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) error {
+func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) (applied bool, err error) {
 	id, err := uuid.Parse(r.Metadata["reference"])
 	if err != nil {
-		return fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
+		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
 	ref, err := dbsqlc.New(tx).RefundGetByID(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
+		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
 	if err != nil {
-		return fmt.Errorf("load refund: %w", err)
+		return false, fmt.Errorf("load refund: %w", err)
 	}
 	if ref.Status != StatusPending {
-		return nil
+		return false, nil
 	}
-	_, err = s.applyRefund(ctx, tx, ref, r)
-	return err
+	if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {
+		return false, err
+	}
+	return true, nil
 }

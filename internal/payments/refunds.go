@@ -138,6 +138,9 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 		}
 		return nil
 	})
+	if err == nil {
+		s.events.Committed()
+	}
 	return resp, err // on an error the caller (afterPhase1) releases the claim
 }
 

@@ -44,12 +44,15 @@ type Service struct {
 	now          func() time.Time
 	writeTimeout time.Duration
 	hooks        Hooks
+	events       *outbox.Signal
 }
 
 // NewService returns a Service. writeTimeout bounds a started operation,
-// which runs to its end even when the client hangs up.
-func NewService(pool *pgxpool.Pool, idem *idempotency.Store, provider *Provider, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration, hooks Hooks) *Service {
-	return &Service{pool: pool, idem: idem, provider: provider, logger: logger, now: now, writeTimeout: writeTimeout, hooks: hooks}
+// which runs to its end even when the client hangs up. events is told after
+// every phase 2 that committed, since it may have appended an event (nil:
+// nobody is told; the dispatcher finds the event at its next poll).
+func NewService(pool *pgxpool.Pool, idem *idempotency.Store, provider *Provider, events *outbox.Signal, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration, hooks Hooks) *Service {
+	return &Service{pool: pool, idem: idem, provider: provider, events: events, logger: logger, now: now, writeTimeout: writeTimeout, hooks: hooks}
 }
 
 // RetryAfterUnknown is the Retry-After of an unknown provider outcome.
@@ -260,6 +263,9 @@ func (s *Service) completePayment(ctx context.Context, claim *idempotency.Claim,
 		}
 		return nil
 	})
+	if err == nil {
+		s.events.Committed()
+	}
 	return resp, err // on an error the caller (afterPhase1) releases the claim
 }
 

@@ -102,8 +102,8 @@ func setup(t *testing.T) *bundle {
 func newWorker(pool *pgxpool.Pool, clk *clock) *webhooks.Worker {
 	logger := slog.New(slog.DiscardHandler)
 	svc := payments.NewService(pool, idempotency.NewStore(idempotency.DefaultPolicy(), 30*time.Second, clk.now),
-		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.now, 10*time.Second, payments.Hooks{})
-	return webhooks.NewWorker(pool, svc, logger, clk.now)
+		payments.NewProvider("http://127.0.0.1:1", "", time.Second), nil, logger, clk.now, 10*time.Second, payments.Hooks{})
+	return webhooks.NewWorker(pool, svc, nil, logger, clk.now)
 }
 
 // renderProblem stands in for httpapi's error handler: problems as RFC 9457

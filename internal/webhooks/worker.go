@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
@@ -31,12 +32,14 @@ type Worker struct {
 	logger *slog.Logger
 	now    func() time.Time
 	wake   chan struct{}
+	events *outbox.Signal
 }
 
 // NewWorker returns a worker. Pass its Notify to NewReceiver so a new receipt
-// wakes Run at once.
-func NewWorker(pool *pgxpool.Pool, pay *payments.Service, logger *slog.Logger, now func() time.Time) *Worker {
-	return &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1)}
+// wakes Run at once. events is told after a round that applied receipts
+// committed: applying a charge or refund appends its event.
+func NewWorker(pool *pgxpool.Pool, pay *payments.Service, events *outbox.Signal, logger *slog.Logger, now func() time.Time) *Worker {
+	return &Worker{pool: pool, pay: pay, events: events, logger: logger, now: now, wake: make(chan struct{}, 1)}
 }
 
 // Notify wakes Run for a new round. It never blocks; wake-ups that arrive
@@ -70,7 +73,7 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	done := 0
+	done, appended := 0, false
 	err := postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		now := w.nowUTC()
 		rows, err := dbsqlc.New(tx).WebhookReceiptClaimBatch(ctx, dbsqlc.WebhookReceiptClaimBatchParams{
@@ -90,27 +93,32 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		// batches and processes no order holds, which is why application is
 		// forward-only.
 		slices.SortStableFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ev.created, b.ev.created) })
-		done = 0
+		done, appended = 0, false
 		for _, c := range batch {
-			ok, err := w.process(ctx, tx, c, now)
+			ok, changed, err := w.process(ctx, tx, c, now)
 			if err != nil {
 				return err
 			}
 			if ok {
 				done++
 			}
+			appended = appended || changed
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
+	if appended {
+		w.events.Committed()
+	}
 	return done, nil
 }
 
 // process applies one claimed receipt in tx. It reports whether the receipt
-// is finished; an error aborts the round.
-func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (bool, error) {
+// is finished and whether applying it changed a payment or refund (which
+// appends an event); an error aborts the round.
+func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (finished, changed bool, err error) {
 	q := dbsqlc.New(tx)
 	id := c.row.DeliveryID
 	if c.parseErr != nil {
@@ -118,50 +126,52 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		note := truncate("undecodable payload: "+c.parseErr.Error(), maxErrorLen)
 		w.logger.ErrorContext(ctx, "webhook receipt cannot be decoded; marked processed", "webhook_id", id, "error", note)
 		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
-			return false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
+			return false, false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
 		}
-		return true, nil
+		return true, false, nil
 	}
 
 	applyErr := postgres.InTx(ctx, tx, func(sp pgx.Tx) error { // a savepoint
-		if err := w.apply(ctx, sp, c.ev); err != nil {
+		var err error
+		if changed, err = w.apply(ctx, sp, c.ev); err != nil {
 			return err
 		}
 		return dbsqlc.New(sp).WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, DeliveryID: id})
 	})
 	switch {
 	case applyErr == nil:
-		w.logger.DebugContext(ctx, "webhook applied", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ)
-		return true, nil
+		w.logger.DebugContext(ctx, "webhook applied", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "changed", changed)
+		return true, changed, nil
 	case errors.Is(applyErr, payments.ErrUnknownReference):
 		// Not ours (another system on the same provider account, or a
 		// reference we never made): retrying cannot change that.
 		note := truncate("not applied: "+applyErr.Error(), maxErrorLen)
 		w.logger.InfoContext(ctx, "webhook names nothing of ours; marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
 		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
-			return false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
+			return false, false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
 		}
-		return true, nil
+		return true, false, nil
 	case ctx.Err() != nil:
-		return false, ctx.Err()
+		return false, false, ctx.Err()
 	}
 	w.logger.WarnContext(ctx, "webhook not applied; will retry", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ,
 		"attempts", c.row.Attempts+1, "error", applyErr.Error())
 	if err := q.WebhookReceiptRecordFailure(ctx, dbsqlc.WebhookReceiptRecordFailureParams{LastError: truncate(applyErr.Error(), maxErrorLen), DeliveryID: id}); err != nil {
-		return false, fmt.Errorf("record webhook receipt %s failure: %w", id, err)
+		return false, false, fmt.Errorf("record webhook receipt %s failure: %w", id, err)
 	}
-	return false, nil
+	return false, false, nil
 }
 
-// apply hands the event to the payments service, in tx.
-func (w *Worker) apply(ctx context.Context, tx pgx.Tx, ev event) error {
+// apply hands the event to the payments service, in tx, and reports whether
+// it changed a payment or refund.
+func (w *Worker) apply(ctx context.Context, tx pgx.Tx, ev event) (bool, error) {
 	switch ev.typ {
 	case EventChargeSucceeded, EventChargeFailed:
 		return w.pay.ApplyChargeEvent(ctx, tx, ev.charge)
 	case EventChargeRefunded:
 		return w.pay.ApplyRefundEvent(ctx, tx, ev.refund)
 	}
-	return fmt.Errorf("event type %q has no application", ev.typ)
+	return false, fmt.Errorf("event type %q has no application", ev.typ)
 }
 
 // Run processes receipts until ctx is cancelled, then returns nil. A round
