@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,24 +13,27 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/oncepay/oncepay/client"
 )
 
 // orderBody is the request body of every POST /v1/orders: one line of a
 // demo catalog SKU (internal/tenants/demo.go).
 const orderBody = `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1}]}`
 
-// apiClient posts orders to the API over one shared transport, so
-// connections are kept alive and reused like a real client's.
+// apiClient posts orders to the API with the project's Go client, over one
+// shared transport, so connections are kept alive and reused like a real
+// client's. Retries are off: the bench counts every failed attempt as an
+// error instead of hiding it in a latency.
 type apiClient struct {
-	http   *http.Client
-	url    string
-	apiKey string
+	http *http.Client
+	api  *client.Client
 }
 
 // newAPIClient returns a client for the API at base. idle is the number of
 // keep-alive connections to keep per host; it must be at least the number of
 // concurrent clients or connections are churned.
-func newAPIClient(base, apiKey string, idle int) *apiClient {
+func newAPIClient(base, apiKey string, idle int) (*apiClient, error) {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -40,41 +42,30 @@ func newAPIClient(base, apiKey string, idle int) *apiClient {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &apiClient{
-		http:   &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		url:    strings.TrimRight(base, "/") + "/v1/orders",
-		apiKey: apiKey,
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	api, err := client.New(base, apiKey, client.WithHTTPClient(hc), client.WithMaxAttempts(1))
+	if err != nil {
+		return nil, err
 	}
+	return &apiClient{http: hc, api: api}, nil
 }
 
 // close drops the idle connections.
 func (c *apiClient) close() { c.http.CloseIdleConnections() }
 
+// order is the body of every POST /v1/orders (orderBody).
+var order = client.CreateOrderRequest{Currency: "EUR", Items: []client.LineItem{{SKU: "travel-mug", Quantity: 1}}}
+
 // createOrder posts the order under key. wantReplay says whether the answer
 // must be a replay (Idempotent-Replayed: true) or a first execution; the
 // other one, like any non-2xx status, is an error.
 func (c *apiClient) createOrder(ctx context.Context, key string, wantReplay bool) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(orderBody))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.http.Do(req)
+	_, meta, err := c.api.CreateOrder(ctx, order, client.WithIdempotencyKey(key))
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("read response: %w", err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body[:min(len(body), 300)]))
-	}
-	if replayed := resp.Header.Get("Idempotent-Replayed") == "true"; replayed != wantReplay {
-		return fmt.Errorf("status %d with Idempotent-Replayed=%t, want %t", resp.StatusCode, replayed, wantReplay)
+	if meta.Replayed != wantReplay {
+		return fmt.Errorf("status %d with Idempotent-Replayed=%t, want %t", meta.Status, meta.Replayed, wantReplay)
 	}
 	return nil
 }

@@ -199,7 +199,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	maxClients := slices.Max(cfg.clients)
-	api := newAPIClient(cfg.api, cfg.apiKey, 2*maxClients)
+	api, err := newAPIClient(cfg.api, cfg.apiKey, 2*maxClients)
+	if err != nil {
+		return err
+	}
 	defer api.close()
 
 	fmt.Fprintf(stdout, "oncepay bench %s\n", time.Now().UTC().Format(time.RFC3339))
