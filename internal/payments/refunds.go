@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,13 +38,9 @@ func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID
 func (s *Service) createRefund(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, paymentID uuid.UUID, amount int64) (dbsqlc.Refund, *idempotency.Response, error) {
 	req := claim.Request()
 	q := dbsqlc.New(tx)
+	// A refund under this key while no record exists: a late retry (drill 8).
 	if prev, err := q.RefundGetByIdempotencyKey(ctx, dbsqlc.RefundGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
-		if !bytes.Equal(prev.RequestHash, req.Fingerprint[:]) {
-			return dbsqlc.Refund{}, nil, problem.New(problem.IdempotencyKeyReused,
-				"This Idempotency-Key already created refund %s with a different request.", prev.ID)
-		}
-		s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
-		return prev, nil, claim.Checkpoint(ctx, tx, pointRefundCreated, &idempotency.Resource{Type: "refund", ID: prev.ID})
+		return prev, nil, s.lateRetry(ctx, tx, claim, "refund", prev.ID, prev.RequestHash, pointRefundCreated)
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.Refund{}, nil, fmt.Errorf("load refund by key: %w", err)
 	}

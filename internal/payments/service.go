@@ -163,12 +163,7 @@ func (s *Service) createPayment(ctx context.Context, tx pgx.Tx, claim *idempoten
 	// A payment under this key while no record exists: the record expired
 	// and a genuine late retry arrived (drill 8). The payment decides.
 	if prev, err := q.PaymentGetByIdempotencyKey(ctx, dbsqlc.PaymentGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
-		if !bytes.Equal(prev.RequestHash, req.Fingerprint[:]) {
-			return dbsqlc.Payment{}, nil, problem.New(problem.IdempotencyKeyReused,
-				"This Idempotency-Key already created payment %s with a different request.", prev.ID)
-		}
-		s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
-		return prev, nil, claim.Checkpoint(ctx, tx, pointPaymentCreated, &idempotency.Resource{Type: "payment", ID: prev.ID})
+		return prev, nil, s.lateRetry(ctx, tx, claim, "payment", prev.ID, prev.RequestHash, pointPaymentCreated)
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.Payment{}, nil, fmt.Errorf("load payment by key: %w", err)
 	}
@@ -212,6 +207,21 @@ func (s *Service) createPayment(ctx context.Context, tx pgx.Tx, claim *idempoten
 		return dbsqlc.Payment{}, nil, fmt.Errorf("insert payment: %w", err)
 	}
 	return pay, nil, claim.Checkpoint(ctx, tx, pointPaymentCreated, &idempotency.Resource{Type: "payment", ID: pay.ID})
+}
+
+// lateRetry answers a key that created a payment or refund (kind, id) while
+// it has no idempotency record: the record expired and a genuine late retry
+// arrived (drill 8). The resource decides: the same request (by the
+// fingerprint the resource keeps) resumes it from point, where the attempt
+// finds it finished and answers its outcome; another request under the key
+// is refused.
+func (s *Service) lateRetry(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, kind string, id uuid.UUID, requestHash []byte, point string) error {
+	req := claim.Request()
+	if !bytes.Equal(requestHash, req.Fingerprint[:]) {
+		return problem.New(problem.IdempotencyKeyReused, "This Idempotency-Key already created %s %s with a different request.", kind, id)
+	}
+	s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
+	return claim.Checkpoint(ctx, tx, point, &idempotency.Resource{Type: kind, ID: id})
 }
 
 // completePayment calls the provider for a pending payment (unless a webhook
