@@ -229,6 +229,18 @@ func (c *Client) Refund(ctx context.Context, paymentID string, amount int64, opt
 	return &r, meta, nil
 }
 
+// GetRefund returns one of the tenant's refunds as it is now.
+func (c *Client) GetRefund(ctx context.Context, id string) (*Refund, error) {
+	if id == "" {
+		return nil, errors.New("oncepay: GetRefund: empty refund id")
+	}
+	var r Refund
+	if _, err := c.do(ctx, http.MethodGet, "/v1/refunds/"+url.PathEscape(id), nil, nil, "", &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // ListEvents returns one page of the tenant's outbox events, newest first.
 func (c *Client) ListEvents(ctx context.Context, opt ListOptions) (*EventList, error) {
 	var out EventList

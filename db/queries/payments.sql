@@ -67,6 +67,9 @@ SELECT * FROM refunds WHERE tenant_id = $1 AND idempotency_key = $2;
 -- name: RefundGetByID :one
 SELECT * FROM refunds WHERE id = $1;
 
+-- name: RefundGet :one
+SELECT * FROM refunds WHERE tenant_id = $1 AND id = $2;
+
 -- name: RefundSucceed :one
 UPDATE refunds SET status = 'succeeded', provider_refund_id = @provider_refund_id, updated_at = @now
 WHERE id = @id AND status = 'pending'

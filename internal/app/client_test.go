@@ -157,6 +157,12 @@ func TestClientEndToEnd(t *testing.T) {
 	if err != nil || p.AmountRefunded != 500 {
 		t.Fatalf("GetPayment = %+v, %v; want 500 refunded", p, err)
 	}
+	if r, err := c.GetRefund(ctx, refund.ID); err != nil || r.ID != refund.ID || r.Amount != 500 || r.Status != refund.Status {
+		t.Fatalf("GetRefund = %+v, %v; want %+v", r, err, refund)
+	}
+	if _, err := b.apiClient(t, globex).GetRefund(ctx, refund.ID); !client.IsCode(err, client.CodeNotFound) {
+		t.Fatalf("another tenant's refund: %v; want not_found", err)
+	}
 	if o, err := c.GetOrder(ctx, order.ID); err != nil || o.Status != client.OrderPartiallyRefunded {
 		t.Fatalf("order after refund = %+v, %v", o, err)
 	}

@@ -571,8 +571,11 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	refund := func(paymentID, key, body string) response {
 		return b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, key, body)
 	}
+	refunded := want(refund(paymentID, "oa-refund", `{"amount":500}`), http.StatusCreated)
 	want(refund(paymentID, "oa-refund", `{"amount":500}`), http.StatusCreated)
-	want(refund(paymentID, "oa-refund", `{"amount":500}`), http.StatusCreated)
+	want(b.do(t, "GET", refunded.header.Get("Location"), acme, "", ""), http.StatusOK)
+	wantProblem(t, b.do(t, "GET", refunded.header.Get("Location"), globex, "", ""), 404, "not_found")
+	wantProblem(t, b.do(t, "GET", "/v1/refunds/not-a-uuid", acme, "", ""), 404, "not_found")
 	wantProblem(t, refund(paymentID, "oa-refund-over", `{"amount":1000000}`), 422, "refund_exceeds_payment")
 	wantProblem(t, refund(paymentID, "oa-refund-over", `{"amount":1000000}`), 422, "refund_exceeds_payment")
 	wantProblem(t, refund(failedPayment, "oa-refund-failed", `{"amount":1}`), 409, "payment_not_refundable")

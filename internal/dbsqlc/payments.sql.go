@@ -471,6 +471,35 @@ func (q *Queries) RefundFail(ctx context.Context, arg RefundFailParams) (Refund,
 	return i, err
 }
 
+const refundGet = `-- name: RefundGet :one
+SELECT id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, provider_refund_id, failure_code, created_at, updated_at FROM refunds WHERE tenant_id = $1 AND id = $2
+`
+
+type RefundGetParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+func (q *Queries) RefundGet(ctx context.Context, arg RefundGetParams) (Refund, error) {
+	row := q.db.QueryRow(ctx, refundGet, arg.TenantID, arg.ID)
+	var i Refund
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.PaymentID,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.ProviderKey,
+		&i.Status,
+		&i.Amount,
+		&i.ProviderRefundID,
+		&i.FailureCode,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const refundGetByID = `-- name: RefundGetByID :one
 SELECT id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, provider_refund_id, failure_code, created_at, updated_at FROM refunds WHERE id = $1
 `

@@ -84,6 +84,7 @@ func New(d Deps) *echo.Echo {
 	v1.POST("/orders/:id/payments", d.Payments.Pay, auth)
 	v1.GET("/payments/:id", d.Payments.Get, auth)
 	v1.POST("/payments/:id/refunds", d.Payments.Refund, auth)
+	v1.GET("/refunds/:id", d.Payments.GetRefund, auth)
 	v1.GET("/events", d.Events.List, auth)
 
 	if d.AdminToken != "" {

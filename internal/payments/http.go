@@ -122,3 +122,19 @@ func (h *Handler) Get(c echo.Context) error {
 	}
 	return wire.JSON(c, http.StatusOK, paymentJSONFrom(p))
 }
+
+// GetRefund handles GET /v1/refunds/{id}.
+func (h *Handler) GetRefund(c echo.Context) error {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(problem.NotFound, "No such refund.")
+	}
+	r, err := h.svc.GetRefund(c.Request().Context(), tenants.FromContext(c).ID, id)
+	if errors.Is(err, postgres.ErrNotFound) {
+		return problem.New(problem.NotFound, "No such refund.")
+	}
+	if err != nil {
+		return err
+	}
+	return wire.JSON(c, http.StatusOK, refundJSONFrom(r))
+}

@@ -240,6 +240,13 @@ func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, claim *idempotenc
 	return claim.Finish(ctx, tx, idempotency.Response{
 		Status:      http.StatusCreated,
 		ContentType: "application/json",
+		Location:    "/v1/refunds/" + ref.ID.String(),
 		Body:        body,
 	}, res)
+}
+
+// GetRefund returns the tenant's refund id.
+func (s *Service) GetRefund(ctx context.Context, tenantID, id uuid.UUID) (dbsqlc.Refund, error) {
+	r, err := dbsqlc.New(s.pool).RefundGet(ctx, dbsqlc.RefundGetParams{TenantID: tenantID, ID: id})
+	return r, postgres.NotFound(err)
 }
