@@ -8,7 +8,7 @@ package outbox
 // PostgreSQL queues notifications at commit under one database-wide lock
 // held until the commit is durable, so a NOTIFY in every order transaction
 // makes those commits run one at a time and halves throughput under load
-// (docs/BENCHMARKS.md, "NOTIFY serializes commits"). The process that
+// (docs/BENCHMARKS.md, "NOTIFY serialized commits"). The process that
 // commits an event runs a dispatcher itself (api serve), so waking it in
 // memory after the commit costs nothing. Dispatchers of other processes
 // find the event at their next poll (OUTBOX_POLL_INTERVAL) if this one
