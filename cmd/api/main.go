@@ -150,7 +150,8 @@ Flags:
   --once   sweep once, print what was deleted, and exit
            (default: sweep every SWEEP_INTERVAL until SIGINT or SIGTERM)
 
-Environment: DATABASE_URL (required), SWEEP_INTERVAL [1m], SWEEP_BATCH [500],
+Environment: DATABASE_URL (required), SWEEP_INTERVAL [1m], SWEEP_BATCH [250],
+SWEEP_DUTY_CYCLE [0.0625],
 RETENTION_* and HORIZON_* (see the README). It refuses to start with a
 retention shorter than a horizon it must cover.
 `,

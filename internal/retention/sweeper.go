@@ -48,9 +48,9 @@ func WithDutyCycle(duty float64) SweeperOption {
 	return func(s *Sweeper) { s.duty = min(max(duty, 0.01), 1) }
 }
 
-// DefaultDutyCycle is the pacing of a sweep with a backlog: 1/8 of the
+// DefaultDutyCycle is the pacing of a sweep with a backlog: 1/16 of the
 // time deleting, measured in docs/BENCHMARKS.md (sweep comparison).
-const DefaultDutyCycle = 0.125
+const DefaultDutyCycle = 0.0625
 
 // NewSweeper returns a Sweeper that deletes at most batch rows per
 // statement, paced by DefaultDutyCycle unless an option says otherwise.
@@ -108,7 +108,11 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			var n int64
 			started := time.Now()
 			err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)`,
+				// synchronous_commit off: a batch does not wait for its WAL
+				// flush. If a crash loses it, its rows come back and the next
+				// sweep deletes them again; nothing depends on their absence.
+				if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true),
+					set_config('synchronous_commit', 'off', true)`,
 					fmt.Sprint(batchStatementTimeout.Milliseconds()), fmt.Sprint(batchLockTimeout.Milliseconds())); err != nil {
 					return err
 				}
