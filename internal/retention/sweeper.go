@@ -28,6 +28,8 @@ type Sweeper struct {
 	// duty is the share of wall time the sweeper spends in delete
 	// statements while there is more to delete (0 < duty <= 1).
 	duty float64
+	// sleep waits out a pause (a timer; tests record the pauses instead).
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // SweeperOption configures a Sweeper.
@@ -55,7 +57,7 @@ const DefaultDutyCycle = 0.0625
 // NewSweeper returns a Sweeper that deletes at most batch rows per
 // statement, paced by DefaultDutyCycle unless an option says otherwise.
 func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
-	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle}
+	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle, sleep: sleep}
 	for _, o := range opts {
 		o(s)
 	}
@@ -148,11 +150,24 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 // pace pauses after a full batch that took took, so that deleting stays
 // within the duty cycle; it returns early with ctx's error.
 func (s *Sweeper) pace(ctx context.Context, took time.Duration) error {
-	if s.duty >= 1 {
-		return nil
+	if p := s.pause(took); p > 0 {
+		return s.sleep(ctx, p)
 	}
-	pause := time.Duration(float64(took) * (1 - s.duty) / s.duty)
-	t := time.NewTimer(pause)
+	return nil
+}
+
+// pause is how long to rest after a batch that took took: deleting for
+// took and resting for the pause spends duty of the time deleting.
+func (s *Sweeper) pause(took time.Duration) time.Duration {
+	if s.duty >= 1 {
+		return 0
+	}
+	return time.Duration(float64(took) * (1 - s.duty) / s.duty)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
