@@ -15,13 +15,22 @@ import (
 // payment or refund of ours.
 var ErrUnknownReference = errors.New("provider event names no payment or refund of ours")
 
+// ErrMismatch is returned for a provider event that names a payment or
+// refund of ours but disagrees with it about the money: another amount or
+// currency. Such an event is never applied. The provider's API is asked
+// instead (the recoverer looks the charge up by our reference), so a wrong
+// event cannot mark a payment paid, and a right one still finishes it.
+var ErrMismatch = errors.New("provider event disagrees with our records")
+
 // ApplyChargeEvent applies a provider charge event (charge.succeeded or
 // charge.failed, from a webhook) in the caller's transaction. It finds the
 // payment by the reference we put in the charge's metadata. States only move
 // forward: a pending payment is finished (a payment left pending by an
 // unknown outcome is completed by its webhook); a finished one is left as it
-// is, so a late or repeated event changes nothing. applied reports whether
-// the event finished the payment (and appended its outbox event).
+// is, so a late or repeated event changes nothing. An event whose charge has
+// another amount or currency than the payment is refused with ErrMismatch.
+// applied reports whether the event finished the payment (and appended its
+// outbox event).
 func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (applied bool, err error) {
 	id, err := uuid.Parse(c.Metadata["reference"])
 	if err != nil {
@@ -33,6 +42,10 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	}
 	if err != nil {
 		return false, fmt.Errorf("load payment: %w", err)
+	}
+	if c.Amount != pay.Amount || c.Currency != pay.Currency {
+		return false, fmt.Errorf("charge %s is %d %s, payment %s is %d %s: %w",
+			c.ID, c.Amount, c.Currency, pay.ID, pay.Amount, pay.Currency, ErrMismatch)
 	}
 	if pay.Status != StatusPending {
 		return false, nil
@@ -57,6 +70,9 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	}
 	if err != nil {
 		return false, fmt.Errorf("load refund: %w", err)
+	}
+	if r.Amount != ref.Amount {
+		return false, fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
 	}
 	if ref.Status != StatusPending {
 		return false, nil

@@ -125,10 +125,7 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		// Validated when received, so this is a bug, and no retry fixes it.
 		note := truncate("undecodable payload: "+c.parseErr.Error(), maxErrorLen)
 		w.logger.ErrorContext(ctx, "webhook receipt cannot be decoded; marked processed", "webhook_id", id, "error", note)
-		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
-			return false, false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
-		}
-		return true, false, nil
+		return true, false, markProcessed(ctx, q, id, now, note)
 	}
 
 	applyErr := postgres.InTx(ctx, tx, func(sp pgx.Tx) error { // a savepoint
@@ -147,10 +144,15 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		// reference we never made): retrying cannot change that.
 		note := truncate("not applied: "+applyErr.Error(), maxErrorLen)
 		w.logger.InfoContext(ctx, "webhook names nothing of ours; marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
-		if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
-			return false, false, fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
-		}
-		return true, false, nil
+		return true, false, markProcessed(ctx, q, id, now, note)
+	case errors.Is(applyErr, payments.ErrMismatch):
+		// Ours, but about other money: never applied, and retrying this
+		// receipt cannot change what it says. The payment or refund stays as
+		// it is; a pending one is finished from the provider's API by the
+		// recoverer. Somebody has to look at the receipt: an error.
+		note := truncate("mismatch: "+applyErr.Error(), maxErrorLen)
+		w.logger.ErrorContext(ctx, "webhook disagrees with our records; not applied, marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
+		return true, false, markProcessed(ctx, q, id, now, note)
 	case ctx.Err() != nil:
 		return false, false, ctx.Err()
 	}
@@ -160,6 +162,15 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		return false, false, fmt.Errorf("record webhook receipt %s failure: %w", id, err)
 	}
 	return false, false, nil
+}
+
+// markProcessed finishes a receipt that is not applied, with a note that
+// says why.
+func markProcessed(ctx context.Context, q *dbsqlc.Queries, id string, now time.Time, note string) error {
+	if err := q.WebhookReceiptMarkProcessed(ctx, dbsqlc.WebhookReceiptMarkProcessedParams{ProcessedAt: now, Note: &note, DeliveryID: id}); err != nil {
+		return fmt.Errorf("mark webhook receipt %s processed: %w", id, err)
+	}
+	return nil
 }
 
 // apply hands the event to the payments service, in tx, and reports whether

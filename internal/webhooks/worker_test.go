@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -161,6 +162,62 @@ func TestUnknownReferenceIsNotRetried(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 0 {
 		t.Fatalf("events = %d, want 0", n)
+	}
+}
+
+// An event that names a payment or refund of ours but another amount or
+// currency is never applied, and retrying cannot change it: it is marked
+// processed with a note. Nothing moves, nothing is emitted, and the true
+// event still applies afterwards.
+func TestMismatchedEventIsNotApplied(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := b.clock.now().Unix()
+	pay := b.payment(t, payments.StatusPending)
+	refunded := b.payment(t, payments.StatusSucceeded)
+	refund := b.pendingRefund(t, refunded, true)
+	tamper := func(body []byte, path []string, v any) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		obj := m
+		for _, k := range path[:len(path)-1] {
+			obj = obj[k].(map[string]any)
+		}
+		obj[path[len(path)-1]] = v
+		return mustJSON(t, m)
+	}
+	charge := chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), chargeIDOf(pay.payment), now)
+	for id, body := range map[string][]byte{
+		"msg_amount":        tamper(charge, []string{"data", "object", "amount"}, paymentAmount+1),
+		"msg_currency":      tamper(charge, []string{"data", "object", "currency"}, "USD"),
+		"msg_refund_amount": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "amount"}, paymentAmount-1),
+	} {
+		wantReceived(t, b.deliver(t, id, body), false)
+	}
+	if n := b.processOnce(t, 10); n != 3 {
+		t.Fatalf("ProcessOnce = %d, want 3", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 3 {
+		t.Fatalf("receipts processed with a mismatch note = %d, want 3", n)
+	}
+	if got, want := b.state(t, pay), (state{payment: payments.StatusPending, order: "awaiting_payment"}); got != want {
+		t.Fatalf("payment: state = %+v, want %+v", got, want)
+	}
+	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusPending {
+		t.Fatalf("refund status = %q, want pending", got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 0 {
+		t.Fatalf("events = %d, want 0", n)
+	}
+
+	wantReceived(t, b.deliver(t, "msg_true", charge), false)
+	if n := b.processOnce(t, 10); n != 1 {
+		t.Fatalf("ProcessOnce = %d, want 1", n)
+	}
+	if got, want := b.state(t, pay), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
+		t.Fatalf("after the true event: state = %+v, want %+v", got, want)
 	}
 }
 
