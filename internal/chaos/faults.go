@@ -345,15 +345,24 @@ func (e *executor) replay(ctx context.Context, pick uint64) error {
 	if id == "" {
 		return nil // nothing published yet: nothing to replay
 	}
+	// An operator whose replay fails (the broker is down: another step of
+	// the schedule may have killed it for up to two seconds) runs it again.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.stack.bin.API, "outbox", "replay", id)
-	cmd.Env = append(baseEnv(), "DATABASE_URL="+e.stack.dbURL, "NATS_URL="+e.stack.natsURL, "LOG_LEVEL=warn")
-	cmd.Dir = e.stack.dir
-	cmd.SysProcAttr = procAttr()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("api outbox replay %s: %w\n%s", id, err, out)
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		cmd := exec.CommandContext(ctx, e.stack.bin.API, "outbox", "replay", id)
+		cmd.Env = append(baseEnv(), "DATABASE_URL="+e.stack.dbURL, "NATS_URL="+e.stack.natsURL, "LOG_LEVEL=warn")
+		cmd.Dir = e.stack.dir
+		cmd.SysProcAttr = procAttr()
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			e.faults.add(OperatorReplayed, 1)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("api outbox replay %s: %w\n%s", id, err, out)
+		case <-time.After(wait):
+		}
 	}
-	e.faults.add(OperatorReplayed, 1)
-	return nil
 }
