@@ -209,7 +209,8 @@ func TestPanicAfterPhase1ReleasesTheClaim(t *testing.T) {
 	}
 }
 
-// A definite refusal of a charge request other than 400 is a bug of ours: the
+// A definite refusal of a charge request other than 400 (here 404 with the
+// provider's invalid_request_error) is a bug of ours: the
 // attempt stays pending for an operator to see, but nothing works on it, so
 // it is no "request in progress" either. The retry resumes it (and here meets
 // the same refusal).
@@ -221,8 +222,8 @@ func TestProviderRefusalReleasesTheClaim(t *testing.T) {
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
 			chargeCalls.Add(1)
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"parameter_invalid"}}`))
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"resource_missing"}}`))
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/charges":
 			_, _ = w.Write([]byte(`{"data":[]}`))
 		default:

@@ -220,12 +220,22 @@ func (p *Provider) findRefund(ctx context.Context, chargeReference, reference st
 	return nil, nil
 }
 
-// classify turns a non-success answer into an error: a 4xx that says the
-// provider did nothing is a RejectedError; everything else is unknown.
+// classify turns a non-success answer to a POST into an error. Only the
+// provider's own word that the request itself is wrong (400 or 404 with an
+// invalid_request_error: unknown payment method, amount too large, no such
+// charge) is a RejectedError: the provider did nothing and never will for
+// this request, so the attempt may be finished as failed. Every other answer
+// is an unknown outcome and the attempt stays pending: 409 (the key is busy),
+// 429 and 5xx; 401 and 403 (our credentials: once an operator fixes them, a
+// retry or the recoverer completes the attempt); the provider's idempotency
+// errors (a bug of ours, not a refusal of the customer's request); and a
+// 4xx without the provider's error object (a proxy, a wrong PSP_URL).
+// Finishing an attempt as failed on such an answer would be final for 45
+// days while the money may have moved or may still move.
 func classify(status int, raw []byte) error {
 	var pe providerError
 	_ = json.Unmarshal(raw, &pe)
-	if status >= 400 && status < 500 && status != http.StatusConflict && status != http.StatusTooManyRequests {
+	if (status == http.StatusBadRequest || status == http.StatusNotFound) && pe.Error.Type == "invalid_request_error" {
 		return &RejectedError{Status: status, Code: pe.Error.Code}
 	}
 	return fmt.Errorf("%w: status %d %s", ErrOutcomeUnknown, status, pe.Error.Code)
@@ -255,7 +265,11 @@ func (p *Provider) get(ctx context.Context, path string, out any) error {
 		return err
 	}
 	if status != http.StatusOK {
-		return classify(status, raw)
+		// A lookup that fails says nothing about the outcome it looks for,
+		// whatever the status: never a refusal.
+		var pe providerError
+		_ = json.Unmarshal(raw, &pe)
+		return fmt.Errorf("%w: %s answered %d %s", ErrOutcomeUnknown, req.URL.Path, status, pe.Error.Code)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("%w: decode %s: %v", ErrOutcomeUnknown, req.URL.Path, err)
