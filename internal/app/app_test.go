@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -542,6 +543,9 @@ func TestValidationErrors(t *testing.T) {
 		{"huge quantity", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1e400}]}`, "validation_failed", "items.quantity", 422},
 		{"duplicate sku", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1},{"sku":"travel-mug","quantity":1}]}`, "validation_failed", "items[1].sku", 422},
 		{"unknown sku", `{"currency":"EUR","items":[{"sku":"no-such-thing","quantity":1}]}`, "validation_failed", "items[0].sku", 422},
+		{"nul in sku", `{"currency":"EUR","items":[{"sku":"travel\u0000mug","quantity":1}]}`, "validation_failed", "items[0].sku", 422},
+		{"control character in sku", `{"currency":"EUR","items":[{"sku":"travel\tmug","quantity":1}]}`, "validation_failed", "items[0].sku", 422},
+		{"empty sku", `{"currency":"EUR","items":[{"sku":"","quantity":1}]}`, "validation_failed", "items[0].sku", 422},
 		{"currency mismatch", `{"currency":"USD","items":[{"sku":"travel-mug","quantity":1}]}`, "validation_failed", "items[0].sku", 422},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -682,6 +686,43 @@ func TestRequestIDIsPerAttempt(t *testing.T) {
 	a, c := first.header.Get("X-Request-Id"), second.header.Get("X-Request-Id")
 	if a == "" || a == c {
 		t.Fatalf("request ids %q and %q, want two different ones", a, c)
+	}
+}
+
+// A request id the client sends is kept when it is short printable ASCII,
+// and replaced otherwise: it is stored with the idempotency record, and bytes
+// PostgreSQL refuses would fail the request with a 500.
+func TestClientRequestID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, tc := range []struct {
+		sent string
+		kept bool
+	}{
+		{"trace-0af7651916cd43dd", true},
+		{"bad-\xff-utf8", false},
+		{"with space", false},
+		{strings.Repeat("r", 129), false},
+		{strings.Repeat("r", 128), true},
+	} {
+		req, err := http.NewRequest("POST", b.baseURL+"/v1/orders", strings.NewReader(orderBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+acme)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("rid-client-%d", i))
+		req.Header.Set("X-Request-Id", tc.sent)
+		res, err := b.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("X-Request-Id %q: status %d, want 201", tc.sent, res.StatusCode)
+		}
+		if got := res.Header.Get("X-Request-Id"); (got == tc.sent) != tc.kept || got == "" {
+			t.Fatalf("X-Request-Id %q answered %q, kept = %v, want kept = %v", tc.sent, got, got == tc.sent, tc.kept)
+		}
 	}
 }
 

@@ -96,6 +96,20 @@ func TestPayOrder(t *testing.T) {
 	wantProblem(t, b.pay(t, orderID, "", "pm_card_ok"), http.StatusBadRequest, "idempotency_key_missing")
 	wantProblem(t, b.do(t, "POST", "/v1/orders/"+orderID+"/payments", acme, "pay-x", `{}`), http.StatusUnprocessableEntity, "validation_failed")
 	wantProblem(t, b.pay(t, "01a22931-c9da-71c4-a494-fc128972f4cb", "pay-404", "pm_card_ok"), http.StatusNotFound, "not_found")
+	// The key is checked first, whatever the path: a POST without one is 400
+	// even where the id is no UUID.
+	wantProblem(t, b.pay(t, "not-a-uuid", "", "pm_card_ok"), http.StatusBadRequest, "idempotency_key_missing")
+	wantProblem(t, b.do(t, "POST", "/v1/payments/not-a-uuid/refunds", acme, "", `{"amount":1}`), http.StatusBadRequest, "idempotency_key_missing")
+	wantProblem(t, b.pay(t, "not-a-uuid", "pay-404b", "pm_card_ok"), http.StatusNotFound, "not_found")
+	// PostgreSQL's text cannot hold U+0000: refused as a field, never a 500.
+	// Lengths count characters, as the OpenAPI document's maxLength does.
+	for _, method := range []string{`pm\u0000`, `pm\ncard`, "pm_" + strings.Repeat("é", 62)} {
+		p := wantProblem(t, b.pay(t, orderID, "pay-bad-method", method), http.StatusUnprocessableEntity, "validation_failed")
+		if f := p["errors"].([]any)[0].(map[string]any)["field"]; f != "payment_method" {
+			t.Fatalf("payment_method %q: error names %v", method, f)
+		}
+	}
+	wantProblem(t, b.pay(t, orderID, "pay-long-method", "pm_"+strings.Repeat("é", 61)), http.StatusConflict, "order_already_paid")
 }
 
 func TestPayDeclinedThenRetryWithNewKey(t *testing.T) {

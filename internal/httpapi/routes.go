@@ -59,6 +59,7 @@ func New(d Deps) *echo.Echo {
 	// Recover turns a panic into a 500 problem and a log line, never a dead
 	// process; it runs inside the logger so the 500 is logged.
 	e.Use(
+		clientRequestID,
 		middleware.RequestID(),
 		requestLogger(d.Logger, d.ObserveHTTP),
 		d.Demo.Chaos, // outside Recover, so a lost answer is lost even when it is a 500

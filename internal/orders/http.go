@@ -116,11 +116,13 @@ func parseCreate(body []byte) (CreateInput, error) {
 			break
 		}
 		f := func(name string) string { return fmt.Sprintf("items[%d].%s", i, name) }
+		skuProblem := "is required"
+		if it.SKU != nil {
+			skuProblem = wire.CheckText(*it.SKU, MaxSKULen)
+		}
 		switch {
-		case it.SKU == nil || *it.SKU == "":
-			bad(f("sku"), "is required")
-		case len(*it.SKU) > MaxSKULen:
-			bad(f("sku"), fmt.Sprintf("must be at most %d characters", MaxSKULen))
+		case skuProblem != "":
+			bad(f("sku"), skuProblem)
 		case seen[*it.SKU]:
 			bad(f("sku"), "appears twice; use one line with the total quantity")
 		default:

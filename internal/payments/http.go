@@ -38,23 +38,29 @@ type refundRequestJSON struct {
 	Amount *float64 `json:"amount"`
 }
 
-// request reads what every POST here needs: the key, the body, and the
-// fingerprint over the operation, the path parameter and the body.
-func request(c echo.Context, op idempotency.Operation, pathParam string, v any) (idempotency.Request, error) {
+// request reads what every POST here needs, in the order every POST under
+// /v1 checks it: the key first (a POST without one is refused whatever its
+// path), then the path's id (not a UUID: no such resource), then the body
+// and the fingerprint over the operation, the id and the body.
+func request(c echo.Context, op idempotency.Operation, notFound string, v any) (idempotency.Request, uuid.UUID, error) {
 	key, err := idempotency.ParseKey(c.Request().Header)
 	if err != nil {
-		return idempotency.Request{}, err
+		return idempotency.Request{}, uuid.Nil, err
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return idempotency.Request{}, uuid.Nil, problem.New(problem.NotFound, "%s", notFound)
 	}
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
-		return idempotency.Request{}, err
+		return idempotency.Request{}, uuid.Nil, err
 	}
 	if err := wire.Decode(body, v); err != nil {
-		return idempotency.Request{}, err
+		return idempotency.Request{}, uuid.Nil, err
 	}
-	fp, err := idempotency.NewFingerprint(op, []string{pathParam}, body)
+	fp, err := idempotency.NewFingerprint(op, []string{id.String()}, body)
 	if err != nil {
-		return idempotency.Request{}, &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be canonicalized.", Err: err}
+		return idempotency.Request{}, uuid.Nil, &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be canonicalized.", Err: err}
 	}
 	return idempotency.Request{
 		TenantID:    tenants.FromContext(c).ID,
@@ -62,22 +68,24 @@ func request(c echo.Context, op idempotency.Operation, pathParam string, v any) 
 		Key:         key,
 		Fingerprint: fp,
 		RequestID:   c.Response().Header().Get(echo.HeaderXRequestID),
-	}, nil
+	}, id, nil
 }
+
+// MaxPaymentMethodLen bounds payment_method, in characters.
+const MaxPaymentMethodLen = 64
 
 // Pay handles POST /v1/orders/{id}/payments.
 func (h *Handler) Pay(c echo.Context) error {
-	orderID, err := uuid.Parse(c.Param("id"))
-	if err != nil {
-		return problem.New(problem.NotFound, "No such order.")
-	}
 	var in payRequestJSON
-	req, err := request(c, idempotency.OpPaymentsCreate, orderID.String(), &in)
+	req, orderID, err := request(c, idempotency.OpPaymentsCreate, "No such order.", &in)
 	if err != nil {
 		return err
 	}
-	if in.PaymentMethod == nil || *in.PaymentMethod == "" || len(*in.PaymentMethod) > 64 {
-		return problem.Validation(problem.FieldError{Field: "payment_method", Message: "is required (at most 64 characters), e.g. pm_card_ok"})
+	if in.PaymentMethod == nil {
+		return problem.Validation(problem.FieldError{Field: "payment_method", Message: "is required, e.g. pm_card_ok"})
+	}
+	if msg := wire.CheckText(*in.PaymentMethod, MaxPaymentMethodLen); msg != "" {
+		return problem.Validation(problem.FieldError{Field: "payment_method", Message: msg})
 	}
 	resp, err := h.svc.Pay(c.Request().Context(), req, orderID, *in.PaymentMethod)
 	if err != nil {
@@ -88,12 +96,8 @@ func (h *Handler) Pay(c echo.Context) error {
 
 // Refund handles POST /v1/payments/{id}/refunds.
 func (h *Handler) Refund(c echo.Context) error {
-	paymentID, err := uuid.Parse(c.Param("id"))
-	if err != nil {
-		return problem.New(problem.NotFound, "No such payment.")
-	}
 	var in refundRequestJSON
-	req, err := request(c, idempotency.OpRefundsCreate, paymentID.String(), &in)
+	req, paymentID, err := request(c, idempotency.OpRefundsCreate, "No such payment.", &in)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -53,7 +55,16 @@ func shapeError(err error) error {
 		if field == "" {
 			field = "(root)"
 		}
-		return problem.Validation(problem.FieldError{Field: field, Message: "must be " + jsonKind(typeErr.Type.Kind().String())})
+		kind := jsonKind(typeErr.Type.Kind().String())
+		if strings.HasPrefix(typeErr.Value, "number") { // a number that does not fit
+			switch kind {
+			case "a number":
+				return problem.Validation(problem.FieldError{Field: field, Message: "is out of range"})
+			case "an integer":
+				return problem.Validation(problem.FieldError{Field: field, Message: "must be an integer in range"})
+			}
+		}
+		return problem.Validation(problem.FieldError{Field: field, Message: "must be " + kind})
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return problem.Validation(problem.FieldError{Field: strings.Trim(name, `"`), Message: "unknown field"})
@@ -98,6 +109,24 @@ func JSON(c echo.Context, status int, v any) error {
 		return err
 	}
 	return c.Blob(status, echo.MIMEApplicationJSON, b)
+}
+
+// CheckText checks a short identifier-like string of a request (a SKU, a
+// payment method): it must not be empty, must be at most max characters
+// (Unicode code points, as JSON Schema's maxLength counts them) and must hold
+// no control characters. PostgreSQL's text cannot store U+0000 at all, so
+// without this check such a string would fail in the database, as a 500. It
+// returns what is wrong, or "".
+func CheckText(s string, max int) string {
+	switch {
+	case s == "":
+		return "is required"
+	case utf8.RuneCountInString(s) > max:
+		return fmt.Sprintf("must be at most %d characters", max)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return "must not contain control characters"
+	}
+	return ""
 }
 
 // Page sizes of every list endpoint.
