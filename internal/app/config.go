@@ -39,7 +39,9 @@ type Config struct {
 	// client disconnects (WRITE_TIMEOUT, default 10s).
 	WriteTimeout time.Duration
 	// IdempotencyLease protects a pending claim of a multi-phase operation
-	// (IDEMPOTENCY_LEASE, default 30s).
+	// (IDEMPOTENCY_LEASE, default 30s). It must be longer than WriteTimeout:
+	// a lease that ends while its attempt still runs lets a retry or the
+	// recoverer take the attempt over.
 	IdempotencyLease time.Duration
 	// AuthCacheTTL is how long a verified API key is cached (AUTH_CACHE_TTL,
 	// default 30s; 0 disables).
@@ -194,6 +196,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
+	}
+	if c.IdempotencyLease <= c.WriteTimeout {
+		r.errs = append(r.errs, fmt.Errorf("IDEMPOTENCY_LEASE (%s) must be longer than WRITE_TIMEOUT (%s): a retry or the recoverer would take over an attempt that is still running", c.IdempotencyLease, c.WriteTimeout))
 	}
 	if err := retention.Check(c.Retention, c.Horizons); err != nil {
 		r.errs = append(r.errs, err)

@@ -32,6 +32,13 @@ func TestConfigFromEnv(t *testing.T) {
 		!strings.Contains(err.Error(), "retention of refunds.create (45d) is shorter than the settlement horizon (60d)") {
 		t.Fatalf("short retention: %v", err)
 	}
+	// A lease no longer than a write would let a retry take over a live
+	// attempt.
+	lease := map[string]string{"DATABASE_URL": "postgres://x", "IDEMPOTENCY_LEASE": "10s", "WRITE_TIMEOUT": "10s"}
+	_, err = app.ConfigFromEnv(func(k string) string { return lease[k] })
+	if err == nil || !strings.Contains(err.Error(), "IDEMPOTENCY_LEASE (10s) must be longer than WRITE_TIMEOUT (10s)") {
+		t.Fatalf("lease as long as a write: %v", err)
+	}
 	// Every bad variable is reported at once.
 	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "SWEEP_DUTY_CYCLE": "0"}
 	_, err = app.ConfigFromEnv(func(k string) string { return bad[k] })
