@@ -17,9 +17,12 @@ var ErrUnknownReference = errors.New("provider event names no payment or refund 
 
 // ErrMismatch is returned for a provider event that names a payment or
 // refund of ours but disagrees with it about the money: another amount or
-// currency. Such an event is never applied. The provider's API is asked
-// instead (the recoverer looks the charge up by our reference), so a wrong
-// event cannot mark a payment paid, and a right one still finishes it.
+// currency, or money moved (a succeeded charge or refund) where we recorded
+// a failure. Such an event is never applied; it is for an operator to look
+// at (the webhook worker logs an error and notes it on the receipt). A
+// payment still pending is finished from the provider's API instead (the
+// recoverer looks the charge up by our reference), so a wrong event cannot
+// mark a payment paid, and a right one still finishes it.
 var ErrMismatch = errors.New("provider event disagrees with our records")
 
 // ApplyChargeEvent applies a provider charge event (charge.succeeded or
@@ -28,7 +31,8 @@ var ErrMismatch = errors.New("provider event disagrees with our records")
 // forward: a pending payment is finished (a payment left pending by an
 // unknown outcome is completed by its webhook); a finished one is left as it
 // is, so a late or repeated event changes nothing. An event whose charge has
-// another amount or currency than the payment is refused with ErrMismatch.
+// another amount or currency than the payment, or a succeeded charge for a
+// payment we recorded as failed, is refused with ErrMismatch.
 // applied reports whether the event finished the payment (and appended its
 // outbox event).
 func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (applied bool, err error) {
@@ -46,6 +50,9 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	if c.Amount != pay.Amount || c.Currency != pay.Currency {
 		return false, fmt.Errorf("charge %s is %d %s, payment %s is %d %s: %w",
 			c.ID, c.Amount, c.Currency, pay.ID, pay.Amount, pay.Currency, ErrMismatch)
+	}
+	if pay.Status == StatusFailed && c.Status == StatusSucceeded {
+		return false, fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
 	}
 	if pay.Status != StatusPending {
 		return false, nil
@@ -73,6 +80,9 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	}
 	if r.Amount != ref.Amount {
 		return false, fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
+	}
+	if ref.Status == StatusFailed && r.Status == StatusSucceeded {
+		return false, fmt.Errorf("provider refund %s succeeded, refund %s is failed: %w", r.ID, ref.ID, ErrMismatch)
 	}
 	if ref.Status != StatusPending {
 		return false, nil

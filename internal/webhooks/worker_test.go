@@ -83,7 +83,9 @@ func TestLateEventsOnlyMoveForward(t *testing.T) {
 	}
 	wantReceived(t, b.deliver(t, "msg_s2", chargeEvent(t, webhooks.EventChargeFailed, succeeded.payment.String(), "ch_other", now+1)), false)
 
-	// charge.succeeded after charge.failed changes nothing.
+	// charge.succeeded after charge.failed changes nothing either, but it
+	// says money moved where we recorded that none did: a mismatch, noted
+	// on the receipt for an operator.
 	failed := b.payment(t, payments.StatusPending)
 	wantReceived(t, b.deliver(t, "msg_f1", chargeEvent(t, webhooks.EventChargeFailed, failed.payment.String(), chargeIDOf(failed.payment), now)), false)
 	if n := b.processOnce(t, 10); n != 2 { // msg_s2, msg_f1
@@ -127,8 +129,11 @@ func TestLateEventsOnlyMoveForward(t *testing.T) {
 	if n := b.count(t, `SELECT amount_refunded FROM payments WHERE id = $1`, refunded.payment); n != paymentAmount {
 		t.Fatalf("amount_refunded = %d, want %d (once)", n, paymentAmount)
 	}
-	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL OR last_error IS NOT NULL`); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NULL OR (last_error IS NOT NULL AND delivery_id <> 'msg_f2')`); n != 0 {
 		t.Fatalf("receipts unprocessed or with errors = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = 'msg_f2' AND last_error LIKE 'mismatch:%'`); n != 1 {
+		t.Fatal("charge.succeeded for a failed payment is not noted as a mismatch")
 	}
 }
 
@@ -176,6 +181,9 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	pay := b.payment(t, payments.StatusPending)
 	refunded := b.payment(t, payments.StatusSucceeded)
 	refund := b.pendingRefund(t, refunded, true)
+	declined := b.payment(t, payments.StatusSucceeded)
+	failedRefund := b.pendingRefund(t, declined, false)
+	b.exec(t, `UPDATE refunds SET status = 'failed' WHERE id = $1`, failedRefund)
 	tamper := func(body []byte, path []string, v any) []byte {
 		var m map[string]any
 		if err := json.Unmarshal(body, &m); err != nil {
@@ -193,14 +201,19 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 		"msg_amount":        tamper(charge, []string{"data", "object", "amount"}, paymentAmount+1),
 		"msg_currency":      tamper(charge, []string{"data", "object", "currency"}, "USD"),
 		"msg_refund_amount": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "amount"}, paymentAmount-1),
+		// Money moved where we recorded that none did.
+		"msg_refund_failed": refundEvent(t, declined, failedRefund.String(), now),
 	} {
 		wantReceived(t, b.deliver(t, id, body), false)
 	}
-	if n := b.processOnce(t, 10); n != 3 {
-		t.Fatalf("ProcessOnce = %d, want 3", n)
+	if n := b.processOnce(t, 10); n != 4 {
+		t.Fatalf("ProcessOnce = %d, want 4", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 3 {
-		t.Fatalf("receipts processed with a mismatch note = %d, want 3", n)
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 4 {
+		t.Fatalf("receipts processed with a mismatch note = %d, want 4", n)
+	}
+	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, failedRefund); got != payments.StatusFailed {
+		t.Fatalf("failed refund status = %q, want failed", got)
 	}
 	if got, want := b.state(t, pay), (state{payment: payments.StatusPending, order: "awaiting_payment"}); got != want {
 		t.Fatalf("payment: state = %+v, want %+v", got, want)
