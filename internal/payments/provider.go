@@ -252,6 +252,12 @@ func (p *Provider) post(ctx context.Context, path, key string, body any) (int, [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	// Go's http.Transport sends a request with an Idempotency-Key header
+	// again, unasked, when a kept-alive connection fails before the answer;
+	// it can only do so with GetBody. Without it, the retry is ours and
+	// visible: a lost answer is an unknown outcome, which the client's retry
+	// or the recoverer resumes with the same key (and logs, and counts).
+	req.GetBody = nil
 	return p.do(req)
 }
 

@@ -17,13 +17,19 @@ import (
 // (httptest binds 127.0.0.1), requiring apiKey.
 func simulator(t *testing.T, apiKey string) string {
 	t.Helper()
+	url, _ := simulatorServer(t, apiKey)
+	return url
+}
+
+func simulatorServer(t *testing.T, apiKey string) (string, *pspsim.Server) {
+	t.Helper()
 	srv, err := pspsim.New(pspsim.Config{APIKey: apiKey}, nil, time.Now)
 	if err != nil {
 		t.Fatalf("pspsim.New: %v", err)
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return ts.URL
+	return ts.URL, srv
 }
 
 // wantUnknown fails unless err is an unknown outcome: the attempt stays
@@ -130,4 +136,31 @@ func TestRefusedLookupIsNoRefusal(t *testing.T) {
 	wantUnknown(t, "FindCharge answered 404 resource_missing", err)
 	_, err = p.FindRefund(context.Background(), ref, ref)
 	wantUnknown(t, "FindRefund answered 404 resource_missing", err)
+}
+
+// Go's http.Transport silently sends a POST again when a kept-alive
+// connection fails before the answer and the request carries an
+// Idempotency-Key header. Harmless for money (the provider replays its
+// stored answer), but a retry nobody sees: no log line, no metric, and
+// whether a lost answer surfaces would depend on connection reuse. The
+// provider client turns it off; a lost answer is always an unknown outcome,
+// resumed by the client's retry or the recoverer.
+func TestLostAnswerIsNotRetriedByTheTransport(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, srv := simulatorServer(t, "sk_test")
+	p := payments.NewProvider(url, "sk_test", 5*time.Second)
+	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
+	if _, err := p.CreateCharge(ctx, "k-warm", 1000, "EUR", "pm_card_ok", meta); err != nil {
+		t.Fatalf("CreateCharge: %v", err) // the connection is kept alive now
+	}
+	if err := srv.SetFaults(pspsim.Faults{DropNext: 1}); err != nil {
+		t.Fatal(err)
+	}
+	meta = map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000002"}
+	_, err := p.CreateCharge(ctx, "k-dropped", 1000, "EUR", "pm_card_ok", meta)
+	wantUnknown(t, "CreateCharge whose answer was dropped on a kept-alive connection", err)
+	if n := len(srv.Ledger(meta["reference"]).Charges); n != 1 {
+		t.Fatalf("charges = %d, want 1 (charged, then the answer dropped)", n)
+	}
 }
