@@ -214,11 +214,19 @@ func newOpenAPITransport(t testing.TB, next http.RoundTripper) *openAPITransport
 		t.Fatal(err)
 	}
 	if next == nil {
-		next = http.DefaultTransport
+		next = http.DefaultTransport.(*http.Transport).Clone() // this test's connections only
 	}
 	v := &openAPITransport{t: t, next: next, spec: spec, seen: make(map[string]int)}
 	t.Cleanup(v.wg.Wait)
 	return v
+}
+
+// CloseIdleConnections closes the idle connections of the transport below
+// (http.Client.CloseIdleConnections calls it).
+func (v *openAPITransport) CloseIdleConnections() {
+	if c, ok := v.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func (v *openAPITransport) RoundTrip(req *http.Request) (*http.Response, error) {
