@@ -3,6 +3,7 @@ package orders
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
 )
@@ -20,13 +21,16 @@ func TestParseCreate(t *testing.T) {
 
 // FuzzParseCreate: whatever the body, the parser returns a valid input or a
 // client error (invalid_json or validation_failed); never a panic, never an
-// internal error, and a valid input always respects the limits.
+// internal error, and a valid input always respects the limits and can be
+// stored: PostgreSQL's text takes no U+0000 and no invalid UTF-8.
 func FuzzParseCreate(f *testing.F) {
 	for _, s := range []string{
 		`{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`,
 		`{"currency":"EUR","items":[{"sku":"a","quantity":1e400}]}`,
 		`{"currency":null,"items":null}`, `[]`, `{`, ``, `{"items":[{}]}`,
 		`{"currency":"EUR","items":[{"sku":"` + strings.Repeat("x", 70) + `","quantity":-0}]}`,
+		`{"currency":"EUR","items":[{"sku":"a\u0000b","quantity":1}]}`,
+		`{"currency":"EUR","items":[{"sku":"` + strings.Repeat("é", 64) + `","quantity":1}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -42,7 +46,8 @@ func FuzzParseCreate(f *testing.F) {
 			t.Fatalf("parseCreate(%q) accepted %+v", body, in)
 		}
 		for _, it := range in.Items {
-			if it.Quantity < 1 || it.Quantity > MaxQuantity || it.SKU == "" || len(it.SKU) > MaxSKULen {
+			if it.Quantity < 1 || it.Quantity > MaxQuantity || it.SKU == "" || utf8.RuneCountInString(it.SKU) > MaxSKULen ||
+				!utf8.ValidString(it.SKU) || strings.ContainsRune(it.SKU, 0) {
 				t.Fatalf("parseCreate(%q) accepted item %+v", body, it)
 			}
 		}
