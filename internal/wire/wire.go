@@ -39,7 +39,7 @@ func Decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return shapeError(err)
+		return shapeError(trimmed, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return problem.New(problem.InvalidJSON, "The request body must hold exactly one JSON object.")
@@ -47,11 +47,15 @@ func Decode(body []byte, v any) error {
 	return nil
 }
 
-// shapeError turns a decoding error of valid JSON into validation_failed.
-func shapeError(err error) error {
+// shapeError turns a decoding error of body, valid JSON, into
+// validation_failed.
+func shapeError(body []byte, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		field := typeErr.Field
+		if p, ok := pathAt(body, typeErr.Offset); ok {
+			field = p // with array indices, which typeErr.Field lacks
+		}
 		if field == "" {
 			field = "(root)"
 		}
@@ -70,6 +74,73 @@ func shapeError(err error) error {
 		return problem.Validation(problem.FieldError{Field: strings.Trim(name, `"`), Message: "unknown field"})
 	}
 	return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be decoded.", Err: err}
+}
+
+// pathAt returns the path (items[0].quantity) of the value of body, valid
+// JSON, that ends at offset, the place encoding/json reports a type error
+// at (the end of a scalar, or just after the opening of an array or object).
+func pathAt(body []byte, offset int64) (string, bool) {
+	type frame struct {
+		array   bool
+		index   int
+		key     string
+		wantKey bool
+	}
+	var stack []frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			if f.array {
+				fmt.Fprintf(&b, "[%d]", f.index)
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(f.key)
+		}
+		return b.String()
+	}
+	afterValue := func() {
+		if n := len(stack); n > 0 {
+			if stack[n-1].array {
+				stack[n-1].index++
+			} else {
+				stack[n-1].wantKey = true
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && !stack[n-1].array && stack[n-1].wantKey {
+			if key, ok := tok.(string); ok {
+				stack[n-1].key, stack[n-1].wantKey = key, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			afterValue()
+			continue
+		}
+		if dec.InputOffset() >= offset {
+			return path(), true
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{array: true})
+		default:
+			afterValue()
+		}
+	}
 }
 
 func jsonKind(goKind string) string {
