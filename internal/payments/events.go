@@ -65,7 +65,10 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 
 // ApplyRefundEvent applies a provider refund (charge.refunded) in the
 // caller's transaction, found by the reference in the refund's metadata.
-// Forward only, like ApplyChargeEvent.
+// Forward only, like ApplyChargeEvent. The provider refund's status decides:
+// succeeded finishes a pending refund, failed or canceled fails it (its
+// reserved amount goes back), and any other status (pending) waits for a
+// later event or the recoverer.
 func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) (applied bool, err error) {
 	id, err := uuid.Parse(r.Metadata["reference"])
 	if err != nil {
@@ -87,8 +90,16 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if ref.Status != StatusPending {
 		return false, nil
 	}
-	if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {
+	switch r.Status {
+	case StatusSucceeded:
+		if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {
+			return false, err
+		}
+		return true, nil
+	case StatusFailed, RefundCanceled:
+		// Nothing was refunded: the reservation goes back (no event).
+		_, err := s.failRefund(ctx, tx, ref, "refund_"+r.Status)
 		return false, err
 	}
-	return true, nil
+	return false, nil // not settled yet: a later event or the recoverer finishes it
 }

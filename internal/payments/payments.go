@@ -35,6 +35,10 @@ const (
 	StatusFailed    = "failed"
 )
 
+// RefundCanceled is a provider refund's status when it was cancelled before
+// it moved money. Ours never has it: such a refund is failed here.
+const RefundCanceled = "canceled"
+
 // Outbox event types.
 const (
 	EventPaymentSucceeded = "payment.succeeded"

@@ -87,16 +87,26 @@ func (s *Service) createRefund(ctx context.Context, tx pgx.Tx, claim *idempotenc
 func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, ref dbsqlc.Refund) (idempotency.Response, error) {
 	var (
 		provRefund *ProviderRefund
-		rejected   *RejectedError
+		failCode   *string // the provider refused or failed the refund
 	)
 	if ref.Status == StatusPending {
 		pr, err := s.refundAtProvider(ctx, claim, ref)
+		var rejected *RejectedError
 		switch {
 		case errors.As(err, &rejected):
+			failCode = &rejected.Code
 		case err != nil:
 			return s.unknownOutcome(ctx, claim, err)
-		default:
+		case pr.Status == StatusSucceeded:
 			provRefund = &pr
+		case pr.Status == StatusFailed || pr.Status == RefundCanceled:
+			code := "refund_" + pr.Status
+			failCode = &code
+		default:
+			// Not settled yet (a provider may answer "pending" and finish
+			// later): the outcome is still unknown, and the refund stays
+			// pending for the retry, the recoverer or the webhook.
+			return s.unknownOutcome(ctx, claim, fmt.Errorf("%w: provider refund %s is %q", ErrOutcomeUnknown, pr.ID, pr.Status))
 		}
 		if h := s.hooks.AfterProviderCall; h != nil {
 			if err := h(idempotency.OpRefundsCreate); err != nil {
@@ -120,8 +130,8 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 			if final, err = s.applyRefund(ctx, tx, final, *provRefund); err != nil {
 				return err
 			}
-		case rejected != nil:
-			if final, err = s.failRefund(ctx, tx, final, rejected.Code); err != nil {
+		case failCode != nil:
+			if final, err = s.failRefund(ctx, tx, final, *failCode); err != nil {
 				return err
 			}
 		}

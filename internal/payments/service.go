@@ -409,7 +409,7 @@ func (s *Service) unknownOutcome(ctx context.Context, claim *idempotency.Claim, 
 		"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key), "error", cause.Error())
 	return idempotency.Response{}, &problem.Error{
 		Code:       problem.PaymentProviderUnavailable,
-		Detail:     "The payment provider did not answer. Nothing is lost: retry with the same Idempotency-Key to resume this attempt.",
+		Detail:     "The payment provider's outcome is not known yet. Nothing is lost: retry with the same Idempotency-Key to resume this attempt.",
 		RetryAfter: RetryAfterUnknown,
 		Err:        cause,
 	}

@@ -234,6 +234,45 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	}
 }
 
+// A provider refund's status decides: "pending" changes nothing yet,
+// "failed" fails our refund and gives its reserved amount back, and only
+// "succeeded" refunds (once).
+func TestRefundEventFollowsTheProviderStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := b.clock.now().Unix()
+	f := b.payment(t, payments.StatusSucceeded)
+	refund := b.pendingRefund(t, f, true)
+	withStatus := func(status string) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(refundEvent(t, f, refund.String(), now), &m); err != nil {
+			t.Fatal(err)
+		}
+		m["data"].(map[string]any)["refund"].(map[string]any)["status"] = status
+		return mustJSON(t, m)
+	}
+	wantReceived(t, b.deliver(t, "msg_pending", withStatus("pending")), false)
+	if n := b.processOnce(t, 10); n != 1 {
+		t.Fatalf("ProcessOnce = %d, want 1", n)
+	}
+	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusPending {
+		t.Fatalf("after a pending provider refund: status = %q, want pending", got)
+	}
+	wantReceived(t, b.deliver(t, "msg_failed", withStatus("failed")), false)
+	if n := b.processOnce(t, 10); n != 1 {
+		t.Fatalf("ProcessOnce = %d, want 1", n)
+	}
+	if got := b.str(t, `SELECT status || ' ' || failure_code FROM refunds WHERE id = $1`, refund); got != "failed refund_failed" {
+		t.Fatalf("after a failed provider refund: %q, want failed refund_failed", got)
+	}
+	if n := b.count(t, `SELECT refund_reserved + amount_refunded FROM payments WHERE id = $1`, f.payment); n != 0 {
+		t.Fatalf("reserved + refunded = %d, want 0 (the reservation given back)", n)
+	}
+	if got, want := b.state(t, f), (state{payment: payments.StatusSucceeded, order: "paid"}); got != want {
+		t.Fatalf("state = %+v, want %+v (nothing refunded, no event)", got, want)
+	}
+}
+
 // A receipt whose application fails is rolled back to its savepoint (other
 // receipts of the batch still apply), counted, kept, and retried with
 // backoff until it applies.

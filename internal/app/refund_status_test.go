@@ -1,0 +1,113 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/app"
+)
+
+// asyncRefundProvider speaks the provider's API like the simulator, except
+// that its refunds take the status the test sets, as a provider that
+// settles refunds later ("pending") or fails them does. Charges succeed.
+type asyncRefundProvider struct {
+	mu      sync.Mutex
+	status  string                    // the status of every refund, now
+	refunds map[string]map[string]any // by our reference
+}
+
+func newAsyncRefundProvider(t *testing.T) (*asyncRefundProvider, string) {
+	t.Helper()
+	p := &asyncRefundProvider{status: "pending", refunds: map[string]map[string]any{}}
+	ts := httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(ts.Close)
+	return p, ts.URL
+}
+
+func (p *asyncRefundProvider) setStatus(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status = s
+}
+
+func (p *asyncRefundProvider) serve(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	var in map[string]any
+	if r.Method == http.MethodPost {
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "ch_1", "amount": in["amount"], "currency": in["currency"],
+			"status": "succeeded", "amount_refunded": 0, "metadata": in["metadata"]})
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/charges":
+		_, _ = w.Write([]byte(`{"data":[]}`))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		ref := in["metadata"].(map[string]any)["reference"].(string)
+		p.refunds[ref] = map[string]any{"id": "re_" + ref, "charge": in["charge"], "amount": in["amount"], "metadata": in["metadata"]}
+		_ = json.NewEncoder(w).Encode(p.refund(ref))
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/ledger":
+		out := []map[string]any{}
+		for ref := range p.refunds {
+			out = append(out, p.refund(ref))
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"charges": []any{}, "refunds": out})
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func (p *asyncRefundProvider) refund(ref string) map[string]any {
+	r := map[string]any{"status": p.status}
+	for k, v := range p.refunds[ref] {
+		r[k] = v
+	}
+	return r
+}
+
+// A refund is succeeded only when the provider says so. One the provider
+// has not settled yet ("pending") answers 503 and stays pending with its
+// amount reserved; the retry with the same key, once the provider settled
+// it, answers 201. One the provider failed answers 409 and gives its
+// reserved amount back.
+func TestRefundFollowsTheProviderStatus(t *testing.T) {
+	t.Parallel()
+	provider, url := newAsyncRefundProvider(t)
+	b := setup(t, func(c *app.Config) { c.PSPURL = url })
+	orderID, _ := b.order(t, "o1")
+	pay := b.pay(t, orderID, "pay-1", "pm_card_ok")
+	if pay.status != http.StatusCreated {
+		t.Fatalf("pay = %d %s", pay.status, pay.body)
+	}
+	paymentID := pay.json(t)["id"].(string)
+	reserved := func() int {
+		return b.count(t, `SELECT refund_reserved FROM payments WHERE id = $1`, paymentID)
+	}
+
+	wantProblem(t, b.refund(t, paymentID, "refund-1", 500), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	if got := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'pending'`); got != 1 || reserved() != 500 {
+		t.Fatalf("after a pending provider refund: pending refunds %d, reserved %d; want 1, 500", got, reserved())
+	}
+	provider.setStatus("succeeded")
+	r := b.refund(t, paymentID, "refund-1", 500)
+	if r.status != http.StatusCreated || r.json(t)["status"] != "succeeded" {
+		t.Fatalf("retry once settled = %d %s, want 201 succeeded", r.status, r.body)
+	}
+
+	provider.setStatus("failed")
+	wantProblem(t, b.refund(t, paymentID, "refund-2", 300), http.StatusConflict, "payment_not_refundable")
+	if got := b.count(t, `SELECT count(*) FROM refunds WHERE idempotency_key = 'refund-2' AND status = 'failed' AND failure_code = 'refund_failed'`); got != 1 {
+		t.Fatal("refund-2 is not failed with refund_failed")
+	}
+	if got := reserved(); got != 500 {
+		t.Fatalf("reserved = %d, want 500 (refund-1 only: refund-2's amount given back)", got)
+	}
+}
