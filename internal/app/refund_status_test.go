@@ -111,3 +111,48 @@ func TestRefundFollowsTheProviderStatus(t *testing.T) {
 		t.Fatalf("reserved = %d, want 500 (refund-1 only: refund-2's amount given back)", got)
 	}
 }
+
+// A provider whose own charge is for other money than the payment (here one
+// cent more) never gets the payment marked paid, neither in phase 2 nor on
+// the retry that looks the charge up: the attempt stays pending for an
+// operator, and the key is not left "in progress".
+func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var charge map[string]any
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
+			var in map[string]any
+			if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			charge = map[string]any{"id": "ch_1", "amount": in["amount"].(float64) + 1, "currency": in["currency"],
+				"status": "succeeded", "amount_refunded": 0, "metadata": in["metadata"]}
+			_ = json.NewEncoder(w).Encode(charge)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/charges":
+			_ = json.NewEncoder(w).Encode(map[string]any{"data": []any{charge}})
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(provider.Close)
+	b := setup(t, func(c *app.Config) { c.PSPURL = provider.URL })
+	orderID, _ := b.order(t, "o1")
+	for range 2 { // the request, then the retry that resumes it
+		wantProblem(t, b.pay(t, orderID, "pay-other-money", "pm_card_ok"), http.StatusInternalServerError, "internal_error")
+	}
+	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'pending'`); n != 1 {
+		t.Fatalf("pending payments = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE status = 'awaiting_payment'`); n != 1 {
+		t.Fatalf("orders awaiting payment = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type LIKE 'payment.%'`); n != 0 {
+		t.Fatalf("payment events = %d, want 0", n)
+	}
+}

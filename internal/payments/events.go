@@ -19,11 +19,31 @@ var ErrUnknownReference = errors.New("provider event names no payment or refund 
 // refund of ours but disagrees with it about the money: another amount or
 // currency, or money moved (a succeeded charge or refund) where we recorded
 // a failure. Such an event is never applied; it is for an operator to look
-// at (the webhook worker logs an error and notes it on the receipt). A
-// payment still pending is finished from the provider's API instead (the
-// recoverer looks the charge up by our reference), so a wrong event cannot
-// mark a payment paid, and a right one still finishes it.
+// at (the webhook worker logs an error and notes it on the receipt). The
+// same check guards phase 2 and the recoverer: a provider whose own record
+// is about other money leaves the payment pending (and the request a 500)
+// until an operator has looked, instead of marking it paid.
 var ErrMismatch = errors.New("provider event disagrees with our records")
+
+// chargeMismatch reports ErrMismatch when c, a charge the provider made, is
+// about other money than pay. Every path that records a charge asks it
+// (phase 2, the recoverer, the webhook worker): a charge for another amount
+// or currency never finishes a payment, whoever reports it.
+func chargeMismatch(pay dbsqlc.Payment, c Charge) error {
+	if c.Amount != pay.Amount || c.Currency != pay.Currency {
+		return fmt.Errorf("charge %s is %d %s, payment %s is %d %s: %w",
+			c.ID, c.Amount, c.Currency, pay.ID, pay.Amount, pay.Currency, ErrMismatch)
+	}
+	return nil
+}
+
+// refundMismatch is chargeMismatch for refunds.
+func refundMismatch(ref dbsqlc.Refund, r ProviderRefund) error {
+	if r.Amount != ref.Amount {
+		return fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
+	}
+	return nil
+}
 
 // ApplyChargeEvent applies a provider charge event (charge.succeeded or
 // charge.failed, from a webhook) in the caller's transaction. It finds the
@@ -47,9 +67,8 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	if err != nil {
 		return false, fmt.Errorf("load payment: %w", err)
 	}
-	if c.Amount != pay.Amount || c.Currency != pay.Currency {
-		return false, fmt.Errorf("charge %s is %d %s, payment %s is %d %s: %w",
-			c.ID, c.Amount, c.Currency, pay.ID, pay.Amount, pay.Currency, ErrMismatch)
+	if err := chargeMismatch(pay, c); err != nil {
+		return false, err
 	}
 	if pay.Status == StatusFailed && c.Status == StatusSucceeded {
 		return false, fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
@@ -81,8 +100,8 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if err != nil {
 		return false, fmt.Errorf("load refund: %w", err)
 	}
-	if r.Amount != ref.Amount {
-		return false, fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
+	if err := refundMismatch(ref, r); err != nil {
+		return false, err
 	}
 	if ref.Status == StatusFailed && r.Status == StatusSucceeded {
 		return false, fmt.Errorf("provider refund %s succeeded, refund %s is failed: %w", r.ID, ref.ID, ErrMismatch)

@@ -43,7 +43,13 @@ func NewProvider(baseURL, apiKey string, timeout time.Duration, opts ...Provider
 	p := &Provider{
 		baseURL: strings.TrimRight(baseURL, "/"),
 		apiKey:  apiKey,
-		client:  &http.Client{Timeout: timeout},
+		client: &http.Client{
+			Timeout: timeout,
+			// A redirect is never followed: a 301/302/303 would turn our
+			// POST into a GET whose 200 reads like an answer. The 3xx
+			// itself is an unknown outcome (classify).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		observe: func(string, string) {},
 	}
 	for _, o := range opts {
@@ -130,6 +136,9 @@ func (p *Provider) createCharge(ctx context.Context, key string, amount int64, c
 	case status == http.StatusOK:
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return Charge{}, fmt.Errorf("%w: decode charge: %v", ErrOutcomeUnknown, err)
+		}
+		if c.Status != StatusSucceeded && c.Status != StatusFailed {
+			return Charge{}, fmt.Errorf("%w: charge %q has status %q", ErrOutcomeUnknown, c.ID, c.Status)
 		}
 		return c, nil
 	case status == http.StatusPaymentRequired:

@@ -164,3 +164,30 @@ func TestLostAnswerIsNotRetriedByTheTransport(t *testing.T) {
 		t.Fatalf("charges = %d, want 1 (charged, then the answer dropped)", n)
 	}
 }
+
+// A redirect is not followed (a 303 would turn the POST into a GET whose 200
+// reads like a charge), and a 200 that is no charge we know is no answer:
+// both leave the outcome unknown.
+func TestRedirectOrUnknownStatusIsNoAnswer(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/charges":
+			if r.Header.Get("Idempotency-Key") == "k-odd" {
+				fmt.Fprint(w, `{"id":"ch_1","amount":1000,"currency":"EUR","status":"requires_action"}`)
+				return
+			}
+			http.Redirect(w, r, "/elsewhere", http.StatusSeeOther)
+		default: // what a followed redirect would read
+			fmt.Fprint(w, `{"id":"ch_1","amount":1000,"currency":"EUR","status":"succeeded"}`)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	p := payments.NewProvider(ts.URL, "sk_test", 5*time.Second)
+	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
+	_, err := p.CreateCharge(context.Background(), "k-redirected", 1000, "EUR", "pm_card_ok", meta)
+	wantUnknown(t, "CreateCharge answered 303", err)
+	_, err = p.CreateCharge(context.Background(), "k-odd", 1000, "EUR", "pm_card_ok", meta)
+	wantUnknown(t, "CreateCharge answered a charge with status requires_action", err)
+}

@@ -175,6 +175,9 @@ func (s *Service) refundAtProvider(ctx context.Context, claim *idempotency.Claim
 // payment's refunded amount grows, the order moves to (partially_)refunded,
 // and refund.succeeded is emitted. Shared with the webhook worker.
 func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund, pr ProviderRefund) (dbsqlc.Refund, error) {
+	if err := refundMismatch(ref, pr); err != nil {
+		return dbsqlc.Refund{}, err
+	}
 	q := dbsqlc.New(tx)
 	now := s.nowUTC()
 	row, err := q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &pr.ID, Now: now, ID: ref.ID})

@@ -317,6 +317,9 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay dbsqlc.Payment
 	var chargeID *string
 	if c.ID != "" { // a refused request created no charge
 		chargeID = &c.ID
+		if err := chargeMismatch(pay, c); err != nil {
+			return dbsqlc.Payment{}, err
+		}
 	}
 	if c.Status == StatusSucceeded {
 		row, err = q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: chargeID, Now: now, ID: pay.ID})

@@ -149,7 +149,8 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		// Ours, but about other money: never applied, and retrying this
 		// receipt cannot change what it says. The payment or refund stays as
 		// it is; a pending one is finished from the provider's API by the
-		// recoverer. Somebody has to look at the receipt: an error.
+		// recoverer (which checks the money too). Somebody has to look at the
+		// receipt: an error.
 		note := truncate("mismatch: "+applyErr.Error(), maxErrorLen)
 		w.logger.ErrorContext(ctx, "webhook disagrees with our records; not applied, marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
 		return true, false, markProcessed(ctx, q, id, now, note)
