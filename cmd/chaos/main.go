@@ -72,6 +72,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if *dbURL == "" {
 		return errors.New("DATABASE_URL is required (`make chaos` starts a private PostgreSQL and sets it)")
 	}
+	if *lease <= chaos.WriteTimeout {
+		return fmt.Errorf("--lease %s must be longer than the APIs' WRITE_TIMEOUT (%s)", *lease, chaos.WriteTimeout)
+	}
 	repo, err := moduleRoot()
 	if err != nil {
 		return err

@@ -27,6 +27,10 @@ func TestRunHelpAndUsageErrors(t *testing.T) {
 	if err := run(context.Background(), []string{"extra"}, noEnv, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Errorf("with an argument: %v", err)
 	}
+	withDB := func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] }
+	if err := run(context.Background(), []string{"--lease", "5s"}, withDB, &out); err == nil || !strings.Contains(err.Error(), "must be longer than the APIs' WRITE_TIMEOUT") {
+		t.Errorf("a lease the APIs refuse: %v", err)
+	}
 }
 
 func TestCrashes(t *testing.T) {

@@ -19,6 +19,10 @@ import (
 	"time"
 )
 
+// WriteTimeout is the APIs' WRITE_TIMEOUT; their IDEMPOTENCY_LEASE (Config.Lease)
+// must be longer, or they refuse to start.
+const WriteTimeout = 5 * time.Second
+
 // readyTimeout bounds how long a process may take to start.
 const readyTimeout = 60 * time.Second
 
@@ -302,7 +306,7 @@ func (s *stack) apiEnv(addr string) []string {
 		"PSP_URL="+s.pspURL,
 		"PSP_WEBHOOK_SECRETS="+s.secret,
 		"PSP_TIMEOUT=2s",
-		"WRITE_TIMEOUT=5s",
+		"WRITE_TIMEOUT="+WriteTimeout.String(),
 		"IDEMPOTENCY_LEASE="+s.lease.String(),
 		"RECOVERER_INTERVAL=1s",
 		"WEBHOOK_WORKER_INTERVAL=500ms",

@@ -60,7 +60,7 @@ func shapeError(body []byte, err error) error {
 			field = "(root)"
 		}
 		kind := jsonKind(typeErr.Type.Kind().String())
-		if strings.HasPrefix(typeErr.Value, "number") { // a number that does not fit
+		if strings.HasPrefix(typeErr.Value, "number") { // a number its field cannot hold
 			switch kind {
 			case "a number":
 				return problem.Validation(problem.FieldError{Field: field, Message: "is out of range"})
