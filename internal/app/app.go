@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
-	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now)
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now, webhooks.WithApplyObserver(m.WebhookProcessed))
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
 		retention.WithDutyCycle(cfg.SweepDutyCycle))

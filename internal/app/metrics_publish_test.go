@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -153,6 +154,13 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 	b.webhook(t, "msg_metrics_1", delivery, true)
 	b.webhook(t, "msg_metrics_1", delivery, true)
 	wantProblem(t, b.webhook(t, "msg_metrics_2", delivery, false), http.StatusUnauthorized, "unauthorized")
+	// The worker: the delivery above names nothing of ours (not_ours); one
+	// for our payment but one cent is a mismatch.
+	other := fmt.Sprintf(`{"id":"evt_metrics_3","type":"charge.succeeded","created":1767225600,"data":{"object":{"id":"ch_metrics_3","amount":1,"currency":"EUR","status":"succeeded","failure_code":null,"amount_refunded":0,"metadata":{"reference":%q}}}}`,
+		first.json(t)["id"])
+	b.webhook(t, "msg_metrics_3", other, true)
+	b.waitForSeries(t, 20*time.Second, `oncepay_webhooks_processed_total{result="not_ours"}`, "receipts that name nothing of ours", atLeast(1))
+	b.waitForSeries(t, 20*time.Second, `oncepay_webhooks_processed_total{result="mismatch"}`, "receipts about other money", atLeast(1))
 
 	// The consumer: payment.succeeded processed; an operator replay after
 	// the duplicate window reaches it again and is a duplicate.

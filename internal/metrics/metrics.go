@@ -24,6 +24,7 @@ type Metrics struct {
 	httpDuration    *prometheus.HistogramVec
 	providerCalls   *prometheus.CounterVec
 	webhooks        *prometheus.CounterVec
+	webhookResults  *prometheus.CounterVec
 	sweeperDeleted  *prometheus.CounterVec
 	sweeperStuck    prometheus.Gauge
 	publishAttempts *prometheus.CounterVec
@@ -52,6 +53,10 @@ func New() *Metrics {
 			Name: "oncepay_webhooks_received_total",
 			Help: "Provider webhook deliveries by result: accepted, duplicate, rejected.",
 		}, []string{"result"}),
+		webhookResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_webhooks_processed_total",
+			Help: "Stored webhook receipts the worker processed, by result: applied, unchanged, not_ours, mismatch (about other money than ours: look at it), undecodable, failed (retried).",
+		}, []string{"result"}),
 		sweeperDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_sweeper_deleted_total",
 			Help: "Expired records deleted by the retention sweeper, by table.",
@@ -72,7 +77,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.idempotency, m.httpDuration, m.providerCalls, m.webhooks,
+		m.idempotency, m.httpDuration, m.providerCalls, m.webhooks, m.webhookResults,
 		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed,
 	)
 	return m
@@ -100,6 +105,9 @@ func (m *Metrics) ProviderCall(call, result string) {
 
 // Webhook counts one webhook delivery.
 func (m *Metrics) Webhook(result string) { m.webhooks.WithLabelValues(result).Inc() }
+
+// WebhookProcessed counts one receipt the webhook worker processed.
+func (m *Metrics) WebhookProcessed(result string) { m.webhookResults.WithLabelValues(result).Inc() }
 
 // Swept records one sweep.
 func (m *Metrics) Swept(deleted map[string]int64, stuck int64) {

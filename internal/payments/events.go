@@ -87,7 +87,8 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 // Forward only, like ApplyChargeEvent. The provider refund's status decides:
 // succeeded finishes a pending refund, failed or canceled fails it (its
 // reserved amount goes back), and any other status (pending) waits for a
-// later event or the recoverer.
+// later event or the recoverer. applied reports whether the event finished
+// the refund (succeeded, with its outbox event, or failed).
 func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) (applied bool, err error) {
 	id, err := uuid.Parse(r.Metadata["reference"])
 	if err != nil {
@@ -117,8 +118,10 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 		return true, nil
 	case StatusFailed, RefundCanceled:
 		// Nothing was refunded: the reservation goes back (no event).
-		_, err := s.failRefund(ctx, tx, ref, "refund_"+r.Status)
-		return false, err
+		if _, err := s.failRefund(ctx, tx, ref, "refund_"+r.Status); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	return false, nil // not settled yet: a later event or the recoverer finishes it
 }

@@ -27,19 +27,43 @@ const maxErrorLen = 1000
 
 // Worker applies stored receipts to payments and refunds.
 type Worker struct {
-	pool   *pgxpool.Pool
-	pay    *payments.Service
-	logger *slog.Logger
-	now    func() time.Time
-	wake   chan struct{}
-	events *outbox.Signal
+	pool    *pgxpool.Pool
+	pay     *payments.Service
+	logger  *slog.Logger
+	now     func() time.Time
+	wake    chan struct{}
+	events  *outbox.Signal
+	observe func(result string)
+}
+
+// The results of processing one receipt, as WithApplyObserver reports them.
+const (
+	ResultApplied     = "applied"     // it moved a payment or refund
+	ResultUnchanged   = "unchanged"   // late or repeated: it found the state final
+	ResultNotOurs     = "not_ours"    // it names no payment or refund of ours
+	ResultMismatch    = "mismatch"    // about other money than ours: for an operator
+	ResultUndecodable = "undecodable" // a bug: validated when received
+	ResultFailed      = "failed"      // not applied this time; retried with backoff
+)
+
+// WorkerOption configures a Worker.
+type WorkerOption func(*Worker)
+
+// WithApplyObserver reports the result of every receipt a round processed,
+// after the round committed (a round that rolls back reports nothing).
+func WithApplyObserver(fn func(result string)) WorkerOption {
+	return func(w *Worker) { w.observe = fn }
 }
 
 // NewWorker returns a worker. Pass its Notify to NewReceiver so a new receipt
 // wakes Run at once. events is told after a round that applied receipts
 // committed: applying a charge or refund appends its event.
-func NewWorker(pool *pgxpool.Pool, pay *payments.Service, events *outbox.Signal, logger *slog.Logger, now func() time.Time) *Worker {
-	return &Worker{pool: pool, pay: pay, events: events, logger: logger, now: now, wake: make(chan struct{}, 1)}
+func NewWorker(pool *pgxpool.Pool, pay *payments.Service, events *outbox.Signal, logger *slog.Logger, now func() time.Time, opts ...WorkerOption) *Worker {
+	w := &Worker{pool: pool, pay: pay, events: events, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
 }
 
 // Notify wakes Run for a new round. It never blocks; wake-ups that arrive
@@ -73,7 +97,7 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	done, appended := 0, false
+	var results []string
 	err := postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		now := w.nowUTC()
 		rows, err := dbsqlc.New(tx).WebhookReceiptClaimBatch(ctx, dbsqlc.WebhookReceiptClaimBatchParams{
@@ -93,41 +117,46 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		// batches and processes no order holds, which is why application is
 		// forward-only.
 		slices.SortStableFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ev.created, b.ev.created) })
-		done, appended = 0, false
+		results = results[:0]
 		for _, c := range batch {
-			ok, changed, err := w.process(ctx, tx, c, now)
+			res, err := w.process(ctx, tx, c, now)
 			if err != nil {
 				return err
 			}
-			if ok {
-				done++
-			}
-			appended = appended || changed
+			results = append(results, res)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	if appended {
+	done := 0
+	for _, res := range results {
+		w.observe(res)
+		if res != ResultFailed {
+			done++
+		}
+	}
+	if slices.Contains(results, ResultApplied) {
 		w.events.Committed()
 	}
 	return done, nil
 }
 
-// process applies one claimed receipt in tx. It reports whether the receipt
-// is finished and whether applying it changed a payment or refund (which
-// appends an event); an error aborts the round.
-func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (finished, changed bool, err error) {
+// process applies one claimed receipt in tx and returns its result: every
+// result but ResultFailed finishes the receipt, and ResultApplied changed a
+// payment or refund (and appended its event). An error aborts the round.
+func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (string, error) {
 	q := dbsqlc.New(tx)
 	id := c.row.DeliveryID
 	if c.parseErr != nil {
 		// Validated when received, so this is a bug, and no retry fixes it.
 		note := truncate("undecodable payload: "+c.parseErr.Error(), maxErrorLen)
 		w.logger.ErrorContext(ctx, "webhook receipt cannot be decoded; marked processed", "webhook_id", id, "error", note)
-		return true, false, markProcessed(ctx, q, id, now, note)
+		return ResultUndecodable, markProcessed(ctx, q, id, now, note)
 	}
 
+	var changed bool
 	applyErr := postgres.InTx(ctx, tx, func(sp pgx.Tx) error { // a savepoint
 		var err error
 		if changed, err = w.apply(ctx, sp, c.ev); err != nil {
@@ -138,13 +167,16 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 	switch {
 	case applyErr == nil:
 		w.logger.DebugContext(ctx, "webhook applied", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "changed", changed)
-		return true, changed, nil
+		if changed {
+			return ResultApplied, nil
+		}
+		return ResultUnchanged, nil
 	case errors.Is(applyErr, payments.ErrUnknownReference):
 		// Not ours (another system on the same provider account, or a
 		// reference we never made): retrying cannot change that.
 		note := truncate("not applied: "+applyErr.Error(), maxErrorLen)
 		w.logger.InfoContext(ctx, "webhook names nothing of ours; marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
-		return true, false, markProcessed(ctx, q, id, now, note)
+		return ResultNotOurs, markProcessed(ctx, q, id, now, note)
 	case errors.Is(applyErr, payments.ErrMismatch):
 		// Ours, but about other money: never applied, and retrying this
 		// receipt cannot change what it says. The payment or refund stays as
@@ -153,16 +185,16 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		// receipt: an error.
 		note := truncate("mismatch: "+applyErr.Error(), maxErrorLen)
 		w.logger.ErrorContext(ctx, "webhook disagrees with our records; not applied, marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
-		return true, false, markProcessed(ctx, q, id, now, note)
+		return ResultMismatch, markProcessed(ctx, q, id, now, note)
 	case ctx.Err() != nil:
-		return false, false, ctx.Err()
+		return "", ctx.Err()
 	}
 	w.logger.WarnContext(ctx, "webhook not applied; will retry", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ,
 		"attempts", c.row.Attempts+1, "error", applyErr.Error())
 	if err := q.WebhookReceiptRecordFailure(ctx, dbsqlc.WebhookReceiptRecordFailureParams{LastError: truncate(applyErr.Error(), maxErrorLen), DeliveryID: id}); err != nil {
-		return false, false, fmt.Errorf("record webhook receipt %s failure: %w", id, err)
+		return "", fmt.Errorf("record webhook receipt %s failure: %w", id, err)
 	}
-	return false, false, nil
+	return ResultFailed, nil
 }
 
 // markProcessed finishes a receipt that is not applied, with a note that
