@@ -17,8 +17,9 @@ var ErrUnknownReference = errors.New("provider event names no payment or refund 
 
 // ErrMismatch is returned for a provider event that names a payment or
 // refund of ours but disagrees with it about the money: another amount or
-// currency, or money moved (a succeeded charge or refund) where we recorded
-// a failure. Such an event is never applied; it is for an operator to look
+// currency, money moved (a succeeded charge or refund) where we recorded a
+// failure, or a second succeeded charge for a paid payment. Such an event is
+// never applied; it is for an operator to look
 // at (the webhook worker logs an error and notes it on the receipt). The
 // same check guards phase 2 and the recoverer: a provider whose own record
 // is about other money leaves the payment pending (and the request a 500)
@@ -72,6 +73,10 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	}
 	if pay.Status == StatusFailed && c.Status == StatusSucceeded {
 		return false, fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
+	}
+	if pay.Status == StatusSucceeded && c.Status == StatusSucceeded && pay.ProviderChargeID != nil && *pay.ProviderChargeID != c.ID {
+		// Our reference charged twice at the provider: money to give back.
+		return false, fmt.Errorf("charge %s succeeded, payment %s succeeded with charge %s: %w", c.ID, pay.ID, *pay.ProviderChargeID, ErrMismatch)
 	}
 	if pay.Status != StatusPending {
 		return false, nil

@@ -232,6 +232,19 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	if got, want := b.state(t, pay), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
 		t.Fatalf("after the true event: state = %+v, want %+v", got, want)
 	}
+
+	// A second succeeded charge for the paid payment: charged twice at the
+	// provider. Nothing moves, but it is a mismatch, for an operator.
+	wantReceived(t, b.deliver(t, "msg_second_charge", chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), "ch_second", now+1)), false)
+	if n := b.processOnce(t, 10); n != 1 {
+		t.Fatalf("ProcessOnce = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = 'msg_second_charge' AND last_error LIKE 'mismatch:%'`); n != 1 {
+		t.Fatal("a second succeeded charge is not noted as a mismatch")
+	}
+	if got, want := b.state(t, pay), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
+		t.Fatalf("after a second charge: state = %+v, want %+v", got, want)
+	}
 }
 
 // A provider refund's status decides: "pending" changes nothing yet,
