@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,6 +18,7 @@ type asyncRefundProvider struct {
 	mu      sync.Mutex
 	status  string                    // the status of every refund, now
 	refunds map[string]map[string]any // by our reference
+	skew    map[string]any            // members of every refund answered otherwise
 }
 
 func newAsyncRefundProvider(t *testing.T) (*asyncRefundProvider, string) {
@@ -25,6 +27,12 @@ func newAsyncRefundProvider(t *testing.T) (*asyncRefundProvider, string) {
 	ts := httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(ts.Close)
 	return p, ts.URL
+}
+
+func (p *asyncRefundProvider) setSkew(skew map[string]any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.skew = skew
 }
 
 func (p *asyncRefundProvider) setStatus(s string) {
@@ -68,6 +76,9 @@ func (p *asyncRefundProvider) serve(w http.ResponseWriter, r *http.Request) {
 func (p *asyncRefundProvider) refund(ref string) map[string]any {
 	r := map[string]any{"status": p.status}
 	for k, v := range p.refunds[ref] {
+		r[k] = v
+	}
+	for k, v := range p.skew {
 		r[k] = v
 	}
 	return r
@@ -154,5 +165,34 @@ func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type LIKE 'payment.%'`); n != 0 {
 		t.Fatalf("payment events = %d, want 0", n)
+	}
+}
+
+// A provider refund for other money (another amount, or another charge) is
+// never recorded: the refund stays pending with its amount reserved, and the
+// request answers 500, for an operator.
+func TestRefundForOtherMoneyIsNeverRecorded(t *testing.T) {
+	t.Parallel()
+	provider, url := newAsyncRefundProvider(t)
+	provider.setStatus("succeeded")
+	b := setup(t, func(c *app.Config) { c.PSPURL = url })
+	orderID, _ := b.order(t, "o1")
+	pay := b.pay(t, orderID, "pay-1", "pm_card_ok")
+	if pay.status != http.StatusCreated {
+		t.Fatalf("pay = %d %s", pay.status, pay.body)
+	}
+	paymentID := pay.json(t)["id"].(string)
+	for i, skew := range []map[string]any{{"amount": 501}, {"charge": "ch_other"}} {
+		provider.setSkew(skew)
+		wantProblem(t, b.refund(t, paymentID, fmt.Sprintf("refund-%d", i), 500), http.StatusInternalServerError, "internal_error")
+	}
+	if n := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'pending'`); n != 2 {
+		t.Fatalf("pending refunds = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT amount_refunded FROM payments WHERE id = $1`, paymentID); n != 0 {
+		t.Fatalf("amount_refunded = %d, want 0", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'refund.succeeded'`); n != 0 {
+		t.Fatalf("refund.succeeded events = %d, want 0", n)
 	}
 }

@@ -38,10 +38,14 @@ func chargeMismatch(pay dbsqlc.Payment, c Charge) error {
 	return nil
 }
 
-// refundMismatch is chargeMismatch for refunds.
-func refundMismatch(ref dbsqlc.Refund, r ProviderRefund) error {
+// refundMismatch is chargeMismatch for refunds: r must be for ref's amount
+// and refund the charge of pay, ref's payment.
+func refundMismatch(pay dbsqlc.Payment, ref dbsqlc.Refund, r ProviderRefund) error {
 	if r.Amount != ref.Amount {
 		return fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
+	}
+	if pay.ProviderChargeID == nil || r.Charge != *pay.ProviderChargeID {
+		return fmt.Errorf("provider refund %s refunds charge %q, payment %s has charge %q: %w", r.ID, r.Charge, pay.ID, deref(pay.ProviderChargeID), ErrMismatch)
 	}
 	return nil
 }
@@ -106,7 +110,11 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if err != nil {
 		return false, fmt.Errorf("load refund: %w", err)
 	}
-	if err := refundMismatch(ref, r); err != nil {
+	pay, err := dbsqlc.New(tx).PaymentGetByID(ctx, ref.PaymentID)
+	if err != nil {
+		return false, fmt.Errorf("load payment of refund %s: %w", ref.ID, err)
+	}
+	if err := refundMismatch(pay, ref, r); err != nil {
 		return false, err
 	}
 	if ref.Status == StatusFailed && r.Status == StatusSucceeded {

@@ -175,10 +175,14 @@ func (s *Service) refundAtProvider(ctx context.Context, claim *idempotency.Claim
 // payment's refunded amount grows, the order moves to (partially_)refunded,
 // and refund.succeeded is emitted. Shared with the webhook worker.
 func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund, pr ProviderRefund) (dbsqlc.Refund, error) {
-	if err := refundMismatch(ref, pr); err != nil {
+	q := dbsqlc.New(tx)
+	pay, err := q.PaymentGetByID(ctx, ref.PaymentID)
+	if err != nil {
+		return dbsqlc.Refund{}, fmt.Errorf("load payment of refund %s: %w", ref.ID, err)
+	}
+	if err := refundMismatch(pay, ref, pr); err != nil {
 		return dbsqlc.Refund{}, err
 	}
-	q := dbsqlc.New(tx)
 	now := s.nowUTC()
 	row, err := q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &pr.ID, Now: now, ID: ref.ID})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -187,7 +191,7 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund,
 	if err != nil {
 		return dbsqlc.Refund{}, fmt.Errorf("record refund: %w", err)
 	}
-	pay, err := q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: row.Amount, Now: now, ID: row.PaymentID})
+	pay, err = q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: row.Amount, Now: now, ID: row.PaymentID})
 	if err != nil {
 		return dbsqlc.Refund{}, fmt.Errorf("add refunded amount: %w", err)
 	}

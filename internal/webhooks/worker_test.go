@@ -201,16 +201,17 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 		"msg_amount":        tamper(charge, []string{"data", "object", "amount"}, paymentAmount+1),
 		"msg_currency":      tamper(charge, []string{"data", "object", "currency"}, "USD"),
 		"msg_refund_amount": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "amount"}, paymentAmount-1),
+		"msg_refund_charge": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "charge"}, "ch_other"),
 		// Money moved where we recorded that none did.
 		"msg_refund_failed": refundEvent(t, declined, failedRefund.String(), now),
 	} {
 		wantReceived(t, b.deliver(t, id, body), false)
 	}
-	if n := b.processOnce(t, 10); n != 4 {
-		t.Fatalf("ProcessOnce = %d, want 4", n)
+	if n := b.processOnce(t, 10); n != 5 {
+		t.Fatalf("ProcessOnce = %d, want 5", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 4 {
-		t.Fatalf("receipts processed with a mismatch note = %d, want 4", n)
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 5 {
+		t.Fatalf("receipts processed with a mismatch note = %d, want 5", n)
 	}
 	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, failedRefund); got != payments.StatusFailed {
 		t.Fatalf("failed refund status = %q, want failed", got)
