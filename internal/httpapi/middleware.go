@@ -20,30 +20,18 @@ import (
 const MaxRequestIDLen = 128
 
 // clientRequestID drops an X-Request-Id the client sent unless it is 1 to
-// MaxRequestIDLen printable ASCII characters, so that echo's RequestID
+// MaxRequestIDLen visible ASCII characters, so that echo's RequestID
 // generates one instead. The id is logged and stored with the idempotency
 // record: bytes PostgreSQL's text refuses (invalid UTF-8, U+0000) would fail
 // every POST with a 500, and an unbounded one would be kept for 45 days.
 func clientRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header
-		if rid := h.Get(echo.HeaderXRequestID); rid != "" && !printableASCII(rid, MaxRequestIDLen) {
+		if rid := h.Get(echo.HeaderXRequestID); rid != "" && !wire.VisibleASCII(rid, MaxRequestIDLen) {
 			h.Del(echo.HeaderXRequestID)
 		}
 		return next(c)
 	}
-}
-
-func printableASCII(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // requestLogger writes one JSON log line per request. The request id (one

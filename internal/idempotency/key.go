@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
 )
 
 // HeaderKey is the request header that carries the idempotency key.
@@ -44,13 +45,8 @@ func parseKey(v string) (Key, bool) {
 			return "", false
 		}
 	}
-	if len(v) == 0 || len(v) > MaxKeyLength {
+	if !wire.VisibleASCII(v, MaxKeyLength) {
 		return "", false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x21 || v[i] > 0x7e {
-			return "", false
-		}
 	}
 	return Key(v), true
 }

@@ -200,6 +200,21 @@ func CheckText(s string, max int) string {
 	return ""
 }
 
+// VisibleASCII reports whether s is 1 to max visible ASCII characters
+// (0x21 to 0x7e): what a header value that we store, log and echo may hold,
+// such as an Idempotency-Key or an X-Request-Id.
+func VisibleASCII(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // Page sizes of every list endpoint.
 const (
 	DefaultPageSize = 20
