@@ -339,6 +339,22 @@ func refundEvent(t *testing.T, f fixture, reference string, created int64) []byt
 	})
 }
 
+// withMember returns the JSON object body with the member at path (object
+// keys, outermost first) set to v.
+func withMember(t testing.TB, body []byte, path []string, v any) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	obj := m
+	for _, k := range path[:len(path)-1] {
+		obj = obj[k].(map[string]any)
+	}
+	obj[path[len(path)-1]] = v
+	return mustJSON(t, m)
+}
+
 func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)

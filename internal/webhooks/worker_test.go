@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -184,24 +183,12 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	declined := b.payment(t, payments.StatusSucceeded)
 	failedRefund := b.pendingRefund(t, declined, false)
 	b.exec(t, `UPDATE refunds SET status = 'failed' WHERE id = $1`, failedRefund)
-	tamper := func(body []byte, path []string, v any) []byte {
-		var m map[string]any
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
-		obj := m
-		for _, k := range path[:len(path)-1] {
-			obj = obj[k].(map[string]any)
-		}
-		obj[path[len(path)-1]] = v
-		return mustJSON(t, m)
-	}
 	charge := chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), chargeIDOf(pay.payment), now)
 	for id, body := range map[string][]byte{
-		"msg_amount":        tamper(charge, []string{"data", "object", "amount"}, paymentAmount+1),
-		"msg_currency":      tamper(charge, []string{"data", "object", "currency"}, "USD"),
-		"msg_refund_amount": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "amount"}, paymentAmount-1),
-		"msg_refund_charge": tamper(refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "charge"}, "ch_other"),
+		"msg_amount":        withMember(t, charge, []string{"data", "object", "amount"}, paymentAmount+1),
+		"msg_currency":      withMember(t, charge, []string{"data", "object", "currency"}, "USD"),
+		"msg_refund_amount": withMember(t, refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "amount"}, paymentAmount-1),
+		"msg_refund_charge": withMember(t, refundEvent(t, refunded, refund.String(), now), []string{"data", "refund", "charge"}, "ch_other"),
 		// Money moved where we recorded that none did.
 		"msg_refund_failed": refundEvent(t, declined, failedRefund.String(), now),
 	} {
@@ -258,12 +245,7 @@ func TestRefundEventFollowsTheProviderStatus(t *testing.T) {
 	f := b.payment(t, payments.StatusSucceeded)
 	refund := b.pendingRefund(t, f, true)
 	withStatus := func(status string) []byte {
-		var m map[string]any
-		if err := json.Unmarshal(refundEvent(t, f, refund.String(), now), &m); err != nil {
-			t.Fatal(err)
-		}
-		m["data"].(map[string]any)["refund"].(map[string]any)["status"] = status
-		return mustJSON(t, m)
+		return withMember(t, refundEvent(t, f, refund.String(), now), []string{"data", "refund", "status"}, status)
 	}
 	wantReceived(t, b.deliver(t, "msg_pending", withStatus("pending")), false)
 	if n := b.processOnce(t, 10); n != 1 {
