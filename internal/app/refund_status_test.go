@@ -11,37 +11,36 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 )
 
-// asyncRefundProvider speaks the provider's API like the simulator, except
-// that its refunds take the status the test sets, as a provider that
-// settles refunds later ("pending") or fails them does. Charges succeed.
-type asyncRefundProvider struct {
-	mu      sync.Mutex
-	status  string                    // the status of every refund, now
-	refunds map[string]map[string]any // by our reference
-	skew    map[string]any            // members of every refund answered otherwise
+// oddProvider speaks the provider's API like the simulator, with what no
+// simulator fault does: its refunds take the status the test sets (as a
+// provider that settles refunds later, "pending", or fails them), and its
+// charges and refunds can be about other money (skew overrides members of
+// every answer). It keeps what it made, so lookups by reference find it.
+type oddProvider struct {
+	mu           sync.Mutex
+	refundStatus string
+	chargeSkew   map[string]any
+	refundSkew   map[string]any
+	charges      map[string]map[string]any // by our reference
+	refunds      map[string]map[string]any // by our reference
 }
 
-func newAsyncRefundProvider(t *testing.T) (*asyncRefundProvider, string) {
+func newOddProvider(t *testing.T) (*oddProvider, string) {
 	t.Helper()
-	p := &asyncRefundProvider{status: "pending", refunds: map[string]map[string]any{}}
+	p := &oddProvider{refundStatus: "succeeded", charges: map[string]map[string]any{}, refunds: map[string]map[string]any{}}
 	ts := httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(ts.Close)
 	return p, ts.URL
 }
 
-func (p *asyncRefundProvider) setSkew(skew map[string]any) {
+// set changes the provider's behaviour under its lock.
+func (p *oddProvider) set(f func(p *oddProvider)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.skew = skew
+	f(p)
 }
 
-func (p *asyncRefundProvider) setStatus(s string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.status = s
-}
-
-func (p *asyncRefundProvider) serve(w http.ResponseWriter, r *http.Request) {
+func (p *oddProvider) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -52,14 +51,21 @@ func (p *asyncRefundProvider) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	reference := func() string { return in["metadata"].(map[string]any)["reference"].(string) }
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": "ch_1", "amount": in["amount"], "currency": in["currency"],
-			"status": "succeeded", "amount_refunded": 0, "metadata": in["metadata"]})
+		ref := reference()
+		p.charges[ref] = with(map[string]any{"id": "ch_1", "amount": in["amount"], "currency": in["currency"],
+			"status": "succeeded", "amount_refunded": 0, "metadata": in["metadata"]}, p.chargeSkew)
+		_ = json.NewEncoder(w).Encode(p.charges[ref])
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/charges":
-		_, _ = w.Write([]byte(`{"data":[]}`))
+		data := []any{}
+		if c, ok := p.charges[r.URL.Query().Get("reference")]; ok {
+			data = append(data, c)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"data": data})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
-		ref := in["metadata"].(map[string]any)["reference"].(string)
+		ref := reference()
 		p.refunds[ref] = map[string]any{"id": "re_" + ref, "charge": in["charge"], "amount": in["amount"], "metadata": in["metadata"]}
 		_ = json.NewEncoder(w).Encode(p.refund(ref))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/ledger":
@@ -73,15 +79,22 @@ func (p *asyncRefundProvider) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *asyncRefundProvider) refund(ref string) map[string]any {
-	r := map[string]any{"status": p.status}
-	for k, v := range p.refunds[ref] {
-		r[k] = v
+// refund is the refund made for our reference ref as the provider reports
+// it now.
+func (p *oddProvider) refund(ref string) map[string]any {
+	return with(with(map[string]any{"status": p.refundStatus}, p.refunds[ref]), p.refundSkew)
+}
+
+// with returns m with the members of over set.
+func with(m, over map[string]any) map[string]any {
+	out := make(map[string]any, len(m)+len(over))
+	for k, v := range m {
+		out[k] = v
 	}
-	for k, v := range p.skew {
-		r[k] = v
+	for k, v := range over {
+		out[k] = v
 	}
-	return r
+	return out
 }
 
 // A refund is succeeded only when the provider says so. One the provider
@@ -91,7 +104,8 @@ func (p *asyncRefundProvider) refund(ref string) map[string]any {
 // reserved amount back.
 func TestRefundFollowsTheProviderStatus(t *testing.T) {
 	t.Parallel()
-	provider, url := newAsyncRefundProvider(t)
+	provider, url := newOddProvider(t)
+	provider.set(func(p *oddProvider) { p.refundStatus = "pending" })
 	b := setup(t, func(c *app.Config) { c.PSPURL = url })
 	orderID, _ := b.order(t, "o1")
 	pay := b.pay(t, orderID, "pay-1", "pm_card_ok")
@@ -107,13 +121,13 @@ func TestRefundFollowsTheProviderStatus(t *testing.T) {
 	if got := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'pending'`); got != 1 || reserved() != 500 {
 		t.Fatalf("after a pending provider refund: pending refunds %d, reserved %d; want 1, 500", got, reserved())
 	}
-	provider.setStatus("succeeded")
+	provider.set(func(p *oddProvider) { p.refundStatus = "succeeded" })
 	r := b.refund(t, paymentID, "refund-1", 500)
 	if r.status != http.StatusCreated || r.json(t)["status"] != "succeeded" {
 		t.Fatalf("retry once settled = %d %s, want 201 succeeded", r.status, r.body)
 	}
 
-	provider.setStatus("failed")
+	provider.set(func(p *oddProvider) { p.refundStatus = "failed" })
 	wantProblem(t, b.refund(t, paymentID, "refund-2", 300), http.StatusConflict, "payment_not_refundable")
 	if got := b.count(t, `SELECT count(*) FROM refunds WHERE idempotency_key = 'refund-2' AND status = 'failed' AND failure_code = 'refund_failed'`); got != 1 {
 		t.Fatal("refund-2 is not failed with refund_failed")
@@ -123,36 +137,15 @@ func TestRefundFollowsTheProviderStatus(t *testing.T) {
 	}
 }
 
-// A provider whose own charge is for other money than the payment (here one
-// cent more) never gets the payment marked paid, neither in phase 2 nor on
+// A provider whose own charge is for other money than the payment (here an
+// amount of 1 for the order's total) never gets the payment marked paid, neither in phase 2 nor on
 // the retry that looks the charge up: the attempt stays pending for an
 // operator, and the key is not left "in progress".
 func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var charge map[string]any
-	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
-			var in map[string]any
-			if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-				w.WriteHeader(http.StatusBadRequest)
-				return
-			}
-			charge = map[string]any{"id": "ch_1", "amount": in["amount"].(float64) + 1, "currency": in["currency"],
-				"status": "succeeded", "amount_refunded": 0, "metadata": in["metadata"]}
-			_ = json.NewEncoder(w).Encode(charge)
-		case r.Method == http.MethodGet && r.URL.Path == "/v1/charges":
-			_ = json.NewEncoder(w).Encode(map[string]any{"data": []any{charge}})
-		default:
-			w.WriteHeader(http.StatusNotFound)
-		}
-	}))
-	t.Cleanup(provider.Close)
-	b := setup(t, func(c *app.Config) { c.PSPURL = provider.URL })
+	provider, url := newOddProvider(t)
+	provider.set(func(p *oddProvider) { p.chargeSkew = map[string]any{"amount": 1} })
+	b := setup(t, func(c *app.Config) { c.PSPURL = url })
 	orderID, _ := b.order(t, "o1")
 	for range 2 { // the request, then the retry that resumes it
 		wantProblem(t, b.pay(t, orderID, "pay-other-money", "pm_card_ok"), http.StatusInternalServerError, "internal_error")
@@ -173,8 +166,7 @@ func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
 // request answers 500, for an operator.
 func TestRefundForOtherMoneyIsNeverRecorded(t *testing.T) {
 	t.Parallel()
-	provider, url := newAsyncRefundProvider(t)
-	provider.setStatus("succeeded")
+	provider, url := newOddProvider(t)
 	b := setup(t, func(c *app.Config) { c.PSPURL = url })
 	orderID, _ := b.order(t, "o1")
 	pay := b.pay(t, orderID, "pay-1", "pm_card_ok")
@@ -183,7 +175,7 @@ func TestRefundForOtherMoneyIsNeverRecorded(t *testing.T) {
 	}
 	paymentID := pay.json(t)["id"].(string)
 	for i, skew := range []map[string]any{{"amount": 501}, {"charge": "ch_other"}} {
-		provider.setSkew(skew)
+		provider.set(func(p *oddProvider) { p.refundSkew = skew })
 		wantProblem(t, b.refund(t, paymentID, fmt.Sprintf("refund-%d", i), 500), http.StatusInternalServerError, "internal_error")
 	}
 	if n := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'pending'`); n != 2 {

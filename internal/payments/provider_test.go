@@ -14,14 +14,8 @@ import (
 )
 
 // simulator starts the provider simulator behind a loopback HTTP server
-// (httptest binds 127.0.0.1), requiring apiKey.
-func simulator(t *testing.T, apiKey string) string {
-	t.Helper()
-	url, _ := simulatorServer(t, apiKey)
-	return url
-}
-
-func simulatorServer(t *testing.T, apiKey string) (string, *pspsim.Server) {
+// (httptest binds 127.0.0.1), requiring apiKey, and returns its URL.
+func simulator(t *testing.T, apiKey string) (string, *pspsim.Server) {
 	t.Helper()
 	srv, err := pspsim.New(pspsim.Config{APIKey: apiKey}, nil, time.Now)
 	if err != nil {
@@ -59,7 +53,7 @@ func wantRejected(t *testing.T, what string, err error, status int) {
 func TestProviderRefusesOnlyWrongRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := simulator(t, "sk_right")
+	url, _ := simulator(t, "sk_right")
 	right := payments.NewProvider(url, "sk_right", 5*time.Second)
 	wrong := payments.NewProvider(url, "sk_wrong", 5*time.Second)
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
@@ -148,7 +142,7 @@ func TestRefusedLookupIsNoRefusal(t *testing.T) {
 func TestLostAnswerIsNotRetriedByTheTransport(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, srv := simulatorServer(t, "sk_test")
+	url, srv := simulator(t, "sk_test")
 	p := payments.NewProvider(url, "sk_test", 5*time.Second)
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
 	if _, err := p.CreateCharge(ctx, "k-warm", 1000, "EUR", "pm_card_ok", meta); err != nil {
