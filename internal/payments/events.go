@@ -123,18 +123,28 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if ref.Status != StatusPending {
 		return false, nil
 	}
-	switch r.Status {
-	case StatusSucceeded:
+	if r.Status == StatusSucceeded {
 		if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {
 			return false, err
 		}
 		return true, nil
-	case StatusFailed, RefundCanceled:
+	}
+	if code := refundFailed(r); code != "" {
 		// Nothing was refunded: the reservation goes back (no event).
-		if _, err := s.failRefund(ctx, tx, ref, "refund_"+r.Status); err != nil {
+		if _, err := s.failRefund(ctx, tx, ref, code); err != nil {
 			return false, err
 		}
 		return true, nil
 	}
 	return false, nil // not settled yet: a later event or the recoverer finishes it
+}
+
+// refundFailed returns the failure code to record for a provider refund
+// that moved no money and never will (failed or canceled), or "" for one
+// that succeeded or is not settled yet.
+func refundFailed(r ProviderRefund) string {
+	if r.Status == StatusFailed || r.Status == RefundCanceled {
+		return "refund_" + r.Status
+	}
+	return ""
 }

@@ -99,8 +99,8 @@ func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, 
 			return s.unknownOutcome(ctx, claim, err)
 		case pr.Status == StatusSucceeded:
 			provRefund = &pr
-		case pr.Status == StatusFailed || pr.Status == RefundCanceled:
-			code := "refund_" + pr.Status
+		case refundFailed(pr) != "":
+			code := refundFailed(pr)
 			failCode = &code
 		default:
 			// Not settled yet (a provider may answer "pending" and finish
