@@ -221,6 +221,22 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 		t.Fatalf("after the true event: state = %+v, want %+v", got, want)
 	}
 
+	// Events about other money are flagged for finished payments and refunds
+	// too, not only while they are pending.
+	failedRefundBody := withMember(t, refundEvent(t, declined, failedRefund.String(), now), []string{"data", "refund", "status"}, "failed")
+	for id, body := range map[string][]byte{
+		"msg_late_amount":        withMember(t, charge, []string{"data", "object", "amount"}, paymentAmount+1),
+		"msg_failed_refund_more": withMember(t, failedRefundBody, []string{"data", "refund", "amount"}, paymentAmount+1),
+	} {
+		wantReceived(t, b.deliver(t, id, body), false)
+	}
+	if n := b.processOnce(t, 10); n != 2 {
+		t.Fatalf("ProcessOnce = %d, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id IN ('msg_late_amount', 'msg_failed_refund_more') AND last_error LIKE 'mismatch:%'`); n != 2 {
+		t.Fatalf("late events about other money noted as mismatches = %d, want 2", n)
+	}
+
 	// A second succeeded charge for the paid payment: charged twice at the
 	// provider. Nothing moves, but it is a mismatch, for an operator.
 	wantReceived(t, b.deliver(t, "msg_second_charge", chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), "ch_second", now+1)), false)
