@@ -70,7 +70,7 @@ type App struct {
 // New connects to the database, applies migrations (unless disabled), seeds
 // the demo tenants in demo mode, starts listening on cfg.HTTPAddr, and builds
 // every part. Serve runs them.
-func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) (a *App, err error) {
+func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) (_ *App, err error) {
 	if cfg.AutoMigrate {
 		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
 			return nil, err
@@ -83,7 +83,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err != nil {
 		return nil, err
 	}
-	a = &App{cfg: cfg, logger: logger, pool: pool}
+	// a is not the named result: every error path returns nil for it, and
+	// the cleanup must still see what was opened so far.
+	a := &App{cfg: cfg, logger: logger, pool: pool}
 	defer func() {
 		if err != nil {
 			a.Close()

@@ -52,9 +52,10 @@ func (c *testClock) advance(d time.Duration) {
 	c.offset += d
 }
 
-func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
+// testConfig is the configuration of a test's service on its own database.
+func testConfig(t *testing.T) app.Config {
 	t.Helper()
-	cfg := app.Config{
+	return app.Config{
 		DatabaseURL:       testdb.URL(t),
 		HTTPAddr:          "127.0.0.1:0",
 		DemoMode:          true,
@@ -85,6 +86,11 @@ func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 		OutboxMaxAttempts:     10,
 		FulfillmentConsumer:   true,
 	}
+}
+
+func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
+	t.Helper()
+	cfg := testConfig(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
