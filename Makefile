@@ -18,7 +18,7 @@ run: build
 	 export DEMO_MODE="$${DEMO_MODE:-true}"; \
 	 exec ./bin/api serve
 
-## test: every check CI runs: generated code, compose file, formatting, vet, staticcheck, all tests with -race
+## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck, all tests with -race
 test: deps check-generated check-compose lint unit
 
 ## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
@@ -44,6 +44,7 @@ check-compose:
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
