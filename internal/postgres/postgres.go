@@ -68,24 +68,37 @@ type TxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// RollbackTimeout bounds the rollback of a failed transaction. The rollback
+// runs after the caller's own deadline may have passed, so it gets a budget of
+// its own; a database that does not answer within it has its connection
+// closed instead (pgx closes a connection whose command was cut off), which
+// ends the transaction on the server just as well.
+const RollbackTimeout = 5 * time.Second
+
 // InTx runs fn in a transaction and commits it when fn returns nil. Any error
 // from fn, or a panic, rolls back. A failed commit is returned, never dropped:
 // the caller must not report success for work that did not commit.
 //
 // The rollback runs under context.WithoutCancel so that a cancelled request
-// still returns its connection to the pool in a clean state.
+// still returns its connection to the pool in a clean state, bounded by
+// RollbackTimeout so that a dead peer cannot hold the caller forever.
 func InTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
+	rollback := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}
 	defer func() {
 		if p := recover(); p != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			rollback()
 			panic(p)
 		}
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			rollback()
 		}
 	}()
 	if err := fn(tx); err != nil {

@@ -201,3 +201,40 @@ func TestMigrateDownAndUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInTxRollbackIsBounded cuts the database off in the middle of a
+// transaction: the peer accepts bytes and never answers, as a partitioned
+// or frozen server does. The rollback after fn's error must give up after
+// RollbackTimeout instead of holding the caller forever.
+func TestInTxRollbackIsBounded(t *testing.T) {
+	t.Parallel()
+	setup(t) // the database exists and has table t
+	proxy := newProxy(t, testdb.URL(t))
+	pool, err := postgres.Open(context.Background(), proxy.url, postgres.PoolConfig{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	errFn := errors.New("fn failed")
+	done := make(chan error, 1)
+	go func() {
+		done <- postgres.InTx(context.Background(), pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(context.Background(), `SELECT 1`); err != nil {
+				return err
+			}
+			proxy.blackhole(t)
+			return errFn
+		})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errFn) {
+			t.Fatalf("InTx = %v, want fn's error", err)
+		}
+		proxy.heal() // so that closing the pool does not wait on the dead link
+	case <-time.After(3 * postgres.RollbackTimeout):
+		proxy.heal()
+		t.Fatalf("InTx still rolling back after %s against a database that never answers", 3*postgres.RollbackTimeout)
+	}
+}
