@@ -13,10 +13,46 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
+)
+
+// The statements of one order creation, as the service's generated queries
+// hold them (internal/idempotency/internal/dbsqlc, internal/orders/internal/dbsqlc,
+// internal/outbox): the floor runs the same SQL text. Those packages are
+// reachable from their features only, so the text is repeated here; when a
+// query of the create path changes, change it here too.
+const (
+	sqlIdempotencyGet = `SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
+	sqlIdempotencyInsert = `INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    locked_until, request_id, created_at, updated_at, expires_at
+) VALUES (
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at`
+	sqlProductGetMany = `SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])`
+	sqlOrderInsert    = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at`
+	sqlOrderItemsInsert = `INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT $1::uuid,
+       unnest($2::int[]), unnest($3::text[]), unnest($4::text[]),
+       unnest($5::int[]), unnest($6::bigint[]), unnest($7::bigint[])`
+	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlIdempotencyFinish = `UPDATE api_idempotency
+SET state = $1, recovery_point = 'finished', locked_until = NULL,
+    status_code = $2, response_headers = $3, response_body = $4,
+    resource_type = $5, resource_id = $6,
+    updated_at = $7, expires_at = $8
+WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
+  AND state = 'pending'`
 )
 
 // sqlCreate runs, directly on the database, the statements the service runs
@@ -38,12 +74,11 @@ type sqlCreate struct {
 // newSQLCreate finds the tenant that owns apiKey and prepares the constant
 // parts of every transaction.
 func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlCreate, error) {
-	h := tenants.HashKey(apiKey)
-	t, err := dbsqlc.New(pool).TenantGetByAPIKeyHash(ctx, h[:])
+	t, err := tenants.NewService(pool, 0, time.Now).Authenticate(ctx, apiKey)
 	if err != nil {
 		return nil, fmt.Errorf("look up the tenant of the API key (is the API running in demo mode?): %w", err)
 	}
-	fp, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, []byte(orderBody))
+	fp, err := idempotency.NewFingerprint(orders.OpCreate, nil, []byte(orderBody))
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint the order body: %w", err)
 	}
@@ -51,7 +86,7 @@ func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlC
 		pool:        pool,
 		tenantID:    t.ID,
 		fingerprint: fp,
-		retention:   idempotency.DefaultPolicy()[idempotency.OpOrdersCreate],
+		retention:   orders.Specs()[0].Retention,
 		lease:       30 * time.Second, // the service's default IDEMPOTENCY_LEASE
 	}, nil
 }
@@ -92,88 +127,109 @@ func (s *sqlCreate) lookupOp(keys []string) op {
 	var next atomic.Uint64
 	return func(ctx context.Context) error {
 		key := keys[next.Add(1)%uint64(len(keys))]
-		row, err := dbsqlc.New(s.pool).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
-			TenantID: s.tenantID, Operation: string(idempotency.OpOrdersCreate), IdempotencyKey: key,
-		})
+		row, err := s.lookup(ctx, s.pool, key)
 		if err != nil {
 			return fmt.Errorf("look up replay key: %w", err)
 		}
-		if row.State != idempotency.StateCompleted || len(row.ResponseBody) == 0 {
-			return fmt.Errorf("replay key %s: state %s, want a completed record with a response", key, row.State)
+		if row.state != string(idempotency.StateCompleted) || len(row.body) == 0 {
+			return fmt.Errorf("replay key %s: state %s, want a completed record with a response", key, row.state)
 		}
 		return nil
 	}
 }
 
+type sqlRecord struct {
+	state string
+	body  []byte
+}
+
+func (s *sqlCreate) lookup(ctx context.Context, db *pgxpool.Pool, key string) (sqlRecord, error) {
+	rows, err := db.Query(ctx, sqlIdempotencyGet, s.tenantID, string(orders.OpCreate), key)
+	if err != nil {
+		return sqlRecord{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (sqlRecord, error) {
+		vals, err := row.Values()
+		if err != nil {
+			return sqlRecord{}, err
+		}
+		r := sqlRecord{state: fmt.Sprint(vals[4])}
+		r.body, _ = vals[10].([]byte)
+		return r, nil
+	})
+}
+
 // create runs the statements of one order creation under key, in the
 // service's order.
 func (s *sqlCreate) create(ctx context.Context, key string) error {
-	const op = idempotency.OpOrdersCreate
+	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
 
 	// The fast path: a fresh key has no record.
-	_, err := dbsqlc.New(s.pool).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
-		TenantID: s.tenantID, Operation: string(op), IdempotencyKey: key,
-	})
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if _, err := s.lookup(ctx, s.pool, key); !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
 	}
 
 	return postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		leaseUntil := now.Add(s.lease)
-		if _, err := q.IdempotencyInsert(ctx, dbsqlc.IdempotencyInsertParams{
-			TenantID:       s.tenantID,
-			Operation:      string(op),
-			IdempotencyKey: key,
-			RequestHash:    s.fingerprint[:],
-			LockedUntil:    &leaseUntil,
-			RequestID:      requestID,
-			CreatedAt:      now,
-			ExpiresAt:      now.Add(s.retention),
-		}); err != nil {
+		rows, err := tx.Query(ctx, sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention))
+		if err != nil {
 			return fmt.Errorf("claim key: %w", err)
 		}
-		products, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: s.tenantID, Skus: []string{"travel-mug"}})
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim key: %w", err)
+		}
+		var (
+			sku, name, currency string
+			unitAmount          int64
+		)
+		rows, err = tx.Query(ctx, sqlProductGetMany, s.tenantID, []string{"travel-mug"})
 		if err != nil {
 			return fmt.Errorf("load products: %w", err)
 		}
-		if len(products) != 1 {
-			return fmt.Errorf("load products: want 1 (travel-mug), got %d", len(products))
+		n := 0
+		for rows.Next() {
+			var tenant uuid.UUID
+			var stock int64
+			if err := rows.Scan(&tenant, &sku, &name, &unitAmount, &currency, &stock); err != nil {
+				return fmt.Errorf("load products: %w", err)
+			}
+			n++
 		}
-		p := products[0]
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("load products: %w", err)
+		}
+		if n != 1 {
+			return fmt.Errorf("load products: want 1 (travel-mug), got %d", n)
+		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("order id: %w", err)
 		}
-		order, err := q.OrderInsert(ctx, dbsqlc.OrderInsertParams{
-			ID:             id,
-			TenantID:       s.tenantID,
-			IdempotencyKey: key,
-			RequestHash:    s.fingerprint[:],
-			Currency:       p.Currency,
-			AmountTotal:    p.UnitAmount,
-			CreatedAt:      now,
-		})
-		if err != nil {
+		var (
+			orderID          uuid.UUID
+			status           string
+			createdAt        time.Time
+			ignoredTenant    uuid.UUID
+			ignoredKey       string
+			ignoredHash      []byte
+			ignoredCurrency  string
+			ignoredTotal     int64
+			ignoredUpdatedAt time.Time
+		)
+		if err := tx.QueryRow(ctx, sqlOrderInsert, id, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now).
+			Scan(&orderID, &ignoredTenant, &ignoredKey, &ignoredHash, &status, &ignoredCurrency, &ignoredTotal, &createdAt, &ignoredUpdatedAt); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		if err := q.OrderItemsInsert(ctx, dbsqlc.OrderItemsInsertParams{
-			OrderID:     order.ID,
-			Lines:       []int32{1},
-			Skus:        []string{p.Sku},
-			Names:       []string{p.Name},
-			Quantities:  []int32{1},
-			UnitAmounts: []int64{p.UnitAmount},
-			Amounts:     []int64{p.UnitAmount},
-		}); err != nil {
+		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}); err != nil {
 			return fmt.Errorf("insert order items: %w", err)
 		}
 		body, err := json.Marshal(sqlOrderJSON{
-			ID: order.ID, Status: order.Status, Currency: order.Currency, AmountTotal: order.AmountTotal,
-			Items:     []sqlItemJSON{{SKU: p.Sku, Name: p.Name, Quantity: 1, UnitAmount: p.UnitAmount, Amount: p.UnitAmount}},
-			CreatedAt: order.CreatedAt.UTC(),
+			ID: orderID, Status: status, Currency: currency, AmountTotal: unitAmount,
+			Items:     []sqlItemJSON{{SKU: sku, Name: name, Quantity: 1, UnitAmount: unitAmount, Amount: unitAmount}},
+			CreatedAt: createdAt.UTC(),
 		})
 		if err != nil {
 			return fmt.Errorf("encode order: %w", err)
@@ -182,37 +238,17 @@ func (s *sqlCreate) create(ctx context.Context, key string) error {
 		if err != nil {
 			return fmt.Errorf("event id: %w", err)
 		}
-		if err := q.OutboxInsert(ctx, dbsqlc.OutboxInsertParams{
-			ID:             eventID,
-			TenantID:       s.tenantID,
-			EventType:      "order.created",
-			AggregateType:  "order",
-			AggregateID:    order.ID,
-			IdempotencyKey: key,
-			Payload:        body,
-			OccurredAt:     now,
-		}); err != nil {
+		if _, err := tx.Exec(ctx, sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now); err != nil {
 			return fmt.Errorf("append event: %w", err)
 		}
-		location := "/v1/orders/" + order.ID.String()
+		location := "/v1/orders/" + orderID.String()
 		headers, err := json.Marshal(sqlStoredHeaders{ContentType: "application/json", Location: location})
 		if err != nil {
 			return fmt.Errorf("encode stored headers: %w", err)
 		}
-		status, resourceType := int32(201), "order"
-		if err := q.IdempotencyFinish(ctx, dbsqlc.IdempotencyFinishParams{
-			State:           idempotency.StateCompleted,
-			StatusCode:      &status,
-			ResponseHeaders: headers,
-			ResponseBody:    body,
-			ResourceType:    &resourceType,
-			ResourceID:      &order.ID,
-			Now:             now,
-			ExpiresAt:       now.Add(s.retention),
-			TenantID:        s.tenantID,
-			Operation:       string(op),
-			IdempotencyKey:  key,
-		}); err != nil {
+		status201, resourceType := int32(201), "order"
+		if _, err := tx.Exec(ctx, sqlIdempotencyFinish, string(idempotency.StateCompleted), &status201, headers, body,
+			&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key); err != nil {
 			return fmt.Errorf("store response: %w", err)
 		}
 		return nil

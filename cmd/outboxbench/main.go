@@ -46,8 +46,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/fulfillment"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
@@ -302,7 +306,7 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 		}
 		return nil
 	}
-	cons := fulfillment.New(pool, js, fulfillment.Config{Workers: cfg.workers}, logger, time.Now, fulfillment.Hooks{AfterCommit: hook})
+	cons := fulfillment.New(pool, js, orderService(pool, logger), fulfillment.Config{Workers: cfg.workers}, logger, time.Now, fulfillment.Hooks{AfterCommit: hook})
 	if _, err := cons.Declare(ctx); err != nil {
 		return 0, err
 	}
@@ -588,4 +592,11 @@ func machine(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		}
 	}
 	return fmt.Sprintf("%d CPUs (%s), GOMAXPROCS %d, %s, PostgreSQL %s", runtime.NumCPU(), cpu, runtime.GOMAXPROCS(0), runtime.Version(), pg), nil
+}
+
+// orderService is the orders feature the fulfillment consumer ships through,
+// built as api serve builds it.
+func orderService(pool *pgxpool.Pool, logger *slog.Logger) *orders.Service {
+	store := idempotency.NewStore(app.DefaultRetention().Idempotency, 30*time.Second, time.Now)
+	return orders.NewService(pool, operation.NewRunner(pool, store, logger), time.Now)
 }

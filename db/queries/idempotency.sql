@@ -22,13 +22,16 @@ FOR UPDATE;
 SELECT * FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
 
--- name: IdempotencyFinish :exec
+-- name: IdempotencyFinish :execrows
+-- IdempotencyFinish stores the final outcome of a pending record. A record
+-- that is already final is never overwritten: it reports no row.
 UPDATE api_idempotency
 SET state = @state, recovery_point = 'finished', locked_until = NULL,
     status_code = @status_code, response_headers = @response_headers, response_body = @response_body,
     resource_type = @resource_type, resource_id = @resource_id,
     updated_at = @now, expires_at = @expires_at
-WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending';
 
 -- name: IdempotencyCheckpoint :exec
 -- IdempotencyCheckpoint records a recovery point (and the resource it made)
@@ -39,11 +42,6 @@ SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at =
     resource_id = coalesce(sqlc.narg(resource_id), resource_id)
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
   AND state = 'pending';
-
--- name: IdempotencyDelete :execrows
--- IdempotencyDelete removes a record; used by tests to stand for expiry.
-DELETE FROM api_idempotency
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
 
 -- name: IdempotencyClaimExpired :many
 -- IdempotencyClaimExpired takes over pending records of the given operations

@@ -40,3 +40,37 @@ WHERE tenant_id = @tenant_id
   AND (NOT @has_cursor::bool OR (created_at, id) < (@cursor_created_at::timestamptz, @cursor_id::uuid))
 ORDER BY created_at DESC, id DESC
 LIMIT @max_rows;
+
+-- name: OrderGetForUpdate :one
+SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
+
+-- name: OrderAdvanceStatus :execrows
+-- OrderAdvanceStatus moves an order to @status from one of @from_statuses,
+-- the statuses the lifecycle allows before it (orders.Status.Predecessors,
+-- in Go): an order never moves backwards, and a status it already has or
+-- has passed changes nothing.
+UPDATE orders SET status = @status, updated_at = @now
+WHERE id = @id AND status = ANY(@from_statuses::text[]);
+
+-- name: OrderLockStock :many
+-- OrderLockStock locks the products an order needs, in SKU order (two
+-- shipments that share products lock in the same order and never
+-- deadlock), and returns each line with what is in stock. order_lines
+-- counts all lines of the order: fewer rows than that means a line names a
+-- product that does not exist (any more).
+SELECT i.sku, i.name, i.quantity, p.stock,
+       (SELECT count(*) FROM order_items c WHERE c.order_id = i.order_id)::int AS order_lines
+FROM order_items i
+JOIN products p ON p.tenant_id = @tenant_id AND p.sku = i.sku
+WHERE i.order_id = @order_id
+ORDER BY i.sku
+FOR UPDATE OF p;
+
+-- name: OrderTakeStock :execrows
+-- OrderTakeStock takes every line's quantity out of stock. Run it on
+-- locked rows that all suffice; p.stock >= i.quantity (and the CHECK on
+-- products.stock) make sure it never goes below zero regardless.
+UPDATE products p
+SET stock = p.stock - i.quantity
+FROM order_items i
+WHERE i.order_id = @order_id AND p.tenant_id = @tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;

@@ -1,15 +1,3 @@
--- name: OrderGetForUpdate :one
-SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
-
--- name: OrderAdvanceStatus :execrows
--- OrderAdvanceStatus moves an order forward, never backwards: the update
--- only happens when the new status ranks above the current one.
-UPDATE orders SET status = @status, updated_at = @now
-WHERE id = @id AND array_position(
-        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], status)
-      < array_position(
-        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], @status::text);
-
 -- name: PaymentInsert :one
 INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $10)

@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -50,8 +51,9 @@ type App struct {
 	psp   *pspsim.Server
 	pspLn net.Listener
 
-	payments *payments.Service
-	sweeper  *retention.Sweeper
+	payments  *payments.Service
+	recoverer *operation.Recoverer
+	sweeper   *retention.Sweeper
 
 	// nats is the embedded broker (nil with NATS_URL set).
 	nats       *broker.Embedded
@@ -67,10 +69,29 @@ type App struct {
 	Tenants *tenants.Service
 }
 
+// Option changes how New builds the service. Only tests use options: they
+// reach the parts production never configures (fault injection).
+type Option func(*options)
+
+type options struct {
+	operationHooks operation.Hooks
+}
+
+// WithOperationHooks injects faults into every idempotent operation
+// (operation.Hooks): the failure drills' crash after the provider call and
+// lost database connection before a commit.
+func WithOperationHooks(h operation.Hooks) Option {
+	return func(o *options) { o.operationHooks = h }
+}
+
 // New connects to the database, applies migrations (unless disabled), seeds
 // the demo tenants in demo mode, starts listening on cfg.HTTPAddr, and builds
 // every part. Serve runs them.
-func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time) (_ *App, err error) {
+func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) (_ *App, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cfg.AutoMigrate {
 		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
 			return nil, err
@@ -108,18 +129,29 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		}
 	}
 
-	if err := retention.Check(cfg.Retention, cfg.Horizons); err != nil {
+	specs := Operations()
+	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(specs)); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m := metrics.New()
 	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now,
-		idempotency.WithObserver(func(op idempotency.Operation, outcome string) { m.Idempotency(string(op), outcome) }))
+		idempotency.WithObserver(func(op idempotency.Operation, outcome idempotency.Outcome) {
+			m.Idempotency(string(op), string(outcome))
+		}))
 	a.events = outbox.NewSignal()
-	orderSvc := orders.NewService(pool, idem, a.events, logger, now, cfg.WriteTimeout)
+	ops := operation.NewRunner(pool, idem, logger,
+		operation.WithWriteTimeout(cfg.WriteTimeout),
+		operation.WithAfterCommit(a.events.Committed),
+		operation.WithHooks(o.operationHooks))
+	orderSvc := orders.NewService(pool, ops, now)
 	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
-	a.payments = payments.NewService(pool, idem, provider, a.events, logger, now, cfg.WriteTimeout, cfg.PaymentHooks)
+	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
+	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
+	if err := checkOperations(specs, a.recoverer.Resumes); err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
 	m.WatchOutbox(pool, `SELECT count(*) FROM outbox_events WHERE stuck_at IS NOT NULL AND published_at IS NULL`)
-	if err := a.startEvents(ctx, cfg, logger, now, m); err != nil {
+	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc); err != nil {
 		return nil, err
 	}
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
@@ -153,7 +185,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 // startEvents connects the broker (embedding one unless NATS_URL is set),
 // declares the stream, and builds the outbox dispatcher and the fulfillment
 // consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics) error {
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service) error {
 	if !cfg.OutboxDispatcher && !cfg.FulfillmentConsumer && cfg.NATSURL == "" {
 		// A CLI command: nothing to publish or consume, no broker to start.
 		a.outboxAdmin = outbox.NewAdmin(a.pool, nil, logger.With("component", "outbox-admin"))
@@ -198,7 +230,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		}
 	}
 	if cfg.FulfillmentConsumer {
-		a.fulfillment = fulfillment.New(a.pool, js, fulfillment.Config{}, logger.With("component", "fulfillment"), now, fulfillmentHooks)
+		a.fulfillment = fulfillment.New(a.pool, js, orderSvc, fulfillment.Config{}, logger.With("component", "fulfillment"), now, fulfillmentHooks)
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}
@@ -233,8 +265,9 @@ func (a *App) Addr() net.Addr { return a.ln.Addr() }
 // PSP returns the embedded payment simulator, or nil when PSP_URL is set.
 func (a *App) PSP() *pspsim.Server { return a.psp }
 
-// Payments returns the payment service (the recoverer's entry, for tests).
-func (a *App) Payments() *payments.Service { return a.payments }
+// Recoverer returns the recoverer of abandoned payment and refund attempts
+// (for tests, which run it when they mean to).
+func (a *App) Recoverer() *operation.Recoverer { return a.recoverer }
 
 // Sweeper returns the retention sweeper (for `api sweep` and tests).
 func (a *App) Sweeper() *retention.Sweeper { return a.sweeper }
@@ -307,7 +340,7 @@ func (a *App) Serve(ctx context.Context) error {
 		run("retention-sweeper", func(ctx context.Context) error { return a.sweeper.Run(ctx, a.cfg.SweepInterval) })
 	}
 	if a.cfg.RecovererInterval > 0 {
-		run("payments-recoverer", func(ctx context.Context) error { return a.payments.RunRecoverer(ctx, a.cfg.RecovererInterval) })
+		run("recoverer", func(ctx context.Context) error { return a.recoverer.Run(ctx, a.cfg.RecovererInterval) })
 	}
 
 	var serveErr error

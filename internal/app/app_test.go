@@ -75,7 +75,7 @@ func testConfig(t *testing.T) app.Config {
 		RecovererInterval:     0,
 		WebhookWorkerInterval: time.Second,
 		Horizons:              retention.DefaultHorizons(),
-		Retention:             retention.DefaultPolicy(),
+		Retention:             app.DefaultRetention(),
 		SweepInterval:         0, // tests sweep when they mean to
 		SweepBatch:            500,
 		NATSStoreDir:          t.TempDir(),
@@ -90,13 +90,20 @@ func testConfig(t *testing.T) app.Config {
 
 func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 	t.Helper()
+	return setupWith(t, nil, opts...)
+}
+
+// setupWith is setup with options of app.New, which reach what no
+// configuration does (the failure drills' fault hooks).
+func setupWith(t *testing.T, appOpts []app.Option, opts ...func(*app.Config)) *testBundle {
+	t.Helper()
 	cfg := testConfig(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
 	clock := &testClock{}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), clock.now)
+	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), clock.now, appOpts...)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

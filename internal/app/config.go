@@ -11,7 +11,6 @@ import (
 	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
 )
 
@@ -80,10 +79,11 @@ type Config struct {
 	// HORIZON_WEBHOOK_REDELIVERY 3d, HORIZON_OPERATOR_REPLAY 30d,
 	// HORIZON_SETTLEMENT 45d).
 	Horizons retention.Horizons
-	// Retention is how long each kind of record is kept (RETENTION_ORDERS_CREATE
-	// 7d, RETENTION_PAYMENTS_CREATE 45d, RETENTION_REFUNDS_CREATE 45d,
+	// Retention is how long each kind of record is kept: per operation of
+	// the registry (Operations: RETENTION_ORDERS_CREATE 7d,
+	// RETENTION_PAYMENTS_CREATE 45d, RETENTION_REFUNDS_CREATE 45d), and
 	// RETENTION_PROCESSED_MESSAGES 35d, RETENTION_WEBHOOK_RECEIPTS 7d,
-	// RETENTION_PUBLISHED_EVENTS 35d). A retention shorter than a horizon it
+	// RETENTION_PUBLISHED_EVENTS 35d. A retention shorter than a horizon it
 	// must cover refuses to start.
 	Retention retention.Policy
 	// SweepInterval is how often expired records are deleted (SWEEP_INTERVAL,
@@ -126,11 +126,18 @@ type Config struct {
 	// empty: the admin routes answer 404).
 	AdminToken string
 
-	// PaymentHooks, OutboxHooks and FulfillmentHooks inject faults for the
-	// failure drills. Never set from the environment.
-	PaymentHooks     payments.Hooks
+	// OutboxHooks and FulfillmentHooks inject faults for the failure drills.
+	// Never set from the environment.
 	OutboxHooks      outbox.DispatcherHooks
 	FulfillmentHooks fulfillment.Hooks
+}
+
+// DefaultRetention is the retention policy of docs/CONTRACT.md: the
+// mechanisms' defaults and each registered operation's own.
+func DefaultRetention() retention.Policy {
+	p := retention.DefaultPolicy()
+	p.Idempotency = idempotencyPolicy(Operations())
+	return p
 }
 
 // DemoWebhookSecret is the webhook secret of the demo: the embedded simulator
@@ -176,7 +183,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		FulfillmentConsumer: r.boolean("FULFILLMENT_CONSUMER", true),
 		AdminToken:          getenv("ADMIN_TOKEN"),
 	}
-	h, p := retention.DefaultHorizons(), retention.DefaultPolicy()
+	h, p, ops := retention.DefaultHorizons(), retention.DefaultPolicy(), Operations()
 	c.Horizons = retention.Horizons{
 		ClientRetry:       r.duration("HORIZON_CLIENT_RETRY", h.ClientRetry),
 		QueueRedelivery:   r.duration("HORIZON_QUEUE_REDELIVERY", h.QueueRedelivery),
@@ -185,14 +192,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Settlement:        r.duration("HORIZON_SETTLEMENT", h.Settlement),
 	}
 	c.Retention = retention.Policy{
-		Idempotency: idempotency.Policy{
-			idempotency.OpOrdersCreate:   r.duration("RETENTION_ORDERS_CREATE", p.Idempotency[idempotency.OpOrdersCreate]),
-			idempotency.OpPaymentsCreate: r.duration("RETENTION_PAYMENTS_CREATE", p.Idempotency[idempotency.OpPaymentsCreate]),
-			idempotency.OpRefundsCreate:  r.duration("RETENTION_REFUNDS_CREATE", p.Idempotency[idempotency.OpRefundsCreate]),
-		},
+		Idempotency:       make(idempotency.Policy, len(ops)),
 		ProcessedMessages: r.duration("RETENTION_PROCESSED_MESSAGES", p.ProcessedMessages),
 		WebhookReceipts:   r.duration("RETENTION_WEBHOOK_RECEIPTS", p.WebhookReceipts),
 		PublishedEvents:   r.duration("RETENTION_PUBLISHED_EVENTS", p.PublishedEvents),
+	}
+	for _, op := range ops {
+		c.Retention.Idempotency[op.Name] = r.duration(op.RetentionVariable(), op.Retention)
 	}
 	if c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
@@ -200,7 +206,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.IdempotencyLease <= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("IDEMPOTENCY_LEASE (%s) must be longer than WRITE_TIMEOUT (%s): a retry or the recoverer would take over an attempt that is still running", c.IdempotencyLease, c.WriteTimeout))
 	}
-	if err := retention.Check(c.Retention, c.Horizons); err != nil {
+	if err := retention.Check(c.Retention, c.Horizons, covers(ops)); err != nil {
 		r.errs = append(r.errs, err)
 	}
 	if c.NATSStreamMaxAge > c.Horizons.QueueRedelivery {

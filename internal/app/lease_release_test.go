@@ -15,6 +15,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
 )
 
 // These tests hold the service to one rule: a key is answered
@@ -108,9 +110,9 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 		op       idempotency.Operation
 		takeover bool // the failing attempt is a retry that took a crashed one over
 	}{
-		{"payment", idempotency.OpPaymentsCreate, false},
-		{"refund", idempotency.OpRefundsCreate, false},
-		{"payment resumed by a retry", idempotency.OpPaymentsCreate, true},
+		{"payment", payments.OpPay, false},
+		{"refund", payments.OpRefund, false},
+		{"payment resumed by a retry", payments.OpPay, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -119,14 +121,14 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 				bundle      atomic.Pointer[testBundle]
 			)
 			crash.Store(tc.takeover)
-			b := setup(t, func(c *app.Config) {
-				c.PaymentHooks.AfterProviderCall = func(op idempotency.Operation) error {
+			b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+				AfterCall: func(op idempotency.Operation, _ idempotency.RecoveryPoint) error {
 					if op == tc.op && crash.CompareAndSwap(true, false) {
 						return errors.New("injected crash after the provider answered")
 					}
 					return nil
-				}
-				c.PaymentHooks.InPhase2 = func(op idempotency.Operation) error {
+				},
+				BeforeCommit: inPhase2(func(op idempotency.Operation) error {
 					if op != tc.op || !drop.CompareAndSwap(true, false) {
 						return nil
 					}
@@ -139,16 +141,16 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 						t.Errorf("drop connections: %v", err)
 					}
 					return errors.New("injected: the database dropped every connection")
-				}
-			})
+				}),
+			})})
 			bundle.Store(b)
 
 			var send func() response
 			switch tc.op {
-			case idempotency.OpPaymentsCreate:
+			case payments.OpPay:
 				orderID, _ := b.order(t, "o1")
 				send = func() response { return b.pay(t, orderID, "pay-1", "pm_card_ok") }
-			case idempotency.OpRefundsCreate:
+			case payments.OpRefund:
 				paymentID, _ := b.paidOrder(t)
 				send = func() response { return b.refund(t, paymentID, "refund-1", 100) }
 			}
@@ -176,7 +178,7 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 			if n := len(ledger.Charges); n != 1 {
 				t.Fatalf("provider charges = %d, want exactly 1", n)
 			}
-			if tc.op == idempotency.OpRefundsCreate && len(ledger.Refunds) != 1 {
+			if tc.op == payments.OpRefund && len(ledger.Refunds) != 1 {
 				t.Fatalf("provider refunds = %d, want exactly 1", len(ledger.Refunds))
 			}
 		})
@@ -188,14 +190,14 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 func TestPanicAfterPhase1ReleasesTheClaim(t *testing.T) {
 	t.Parallel()
 	var panicked atomic.Bool
-	b := setup(t, func(c *app.Config) {
-		c.PaymentHooks.InPhase2 = func(idempotency.Operation) error {
+	b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+		BeforeCommit: inPhase2(func(idempotency.Operation) error {
 			if panicked.CompareAndSwap(false, true) {
 				panic("injected panic in phase 2")
 			}
 			return nil
-		}
-	})
+		}),
+	})})
 	orderID, _ := b.order(t, "o1")
 	if r := b.pay(t, orderID, "pay-panic", "pm_card_ok"); r.status != http.StatusInternalServerError {
 		t.Fatalf("panicking attempt answered %d %s, want 500", r.status, r.body)
@@ -261,21 +263,21 @@ func TestRecovererHoldsOnlyTheClaimItWorksOn(t *testing.T) {
 		block   atomic.Bool
 	)
 	blocked, proceed := make(chan struct{}), make(chan struct{})
-	b := setup(t, func(c *app.Config) {
-		c.PaymentHooks.AfterProviderCall = func(idempotency.Operation) error {
+	b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+		AfterCall: func(idempotency.Operation, idempotency.RecoveryPoint) error {
 			if crashes.Add(1) <= 3 {
 				return errors.New("injected crash after the provider answered")
 			}
 			return nil
-		}
-		c.PaymentHooks.InPhase2 = func(idempotency.Operation) error {
+		},
+		BeforeCommit: inPhase2(func(idempotency.Operation) error {
 			if block.CompareAndSwap(true, false) {
 				close(blocked)
 				<-proceed
 			}
 			return nil
-		}
-	})
+		}),
+	})})
 	var orders [3]string
 	for i := range orders {
 		orders[i], _ = b.order(t, "o"+strconv.Itoa(i))
@@ -294,7 +296,7 @@ func TestRecovererHoldsOnlyTheClaimItWorksOn(t *testing.T) {
 		recovered int
 		recErr    error
 	)
-	wg.Go(func() { recovered, recErr = b.app.Payments().RecoverOnce(ctx, 10) })
+	wg.Go(func() { recovered, recErr = b.app.Recoverer().RecoverOnce(ctx, 10) })
 	select {
 	case <-blocked: // the recoverer is in phase 2 of the first attempt
 	case <-time.After(20 * time.Second):
@@ -331,7 +333,7 @@ func TestRecovererHoldsOnlyTheClaimItWorksOn(t *testing.T) {
 // seconds until its attempts are used up; then its retry resumes the attempt.
 func TestInProgressRetryAfterIsTheRestOfTheLease(t *testing.T) {
 	t.Parallel()
-	b := setup(t, crashOnce(idempotency.OpPaymentsCreate))
+	b := setupWith(t, crashOnce(payments.OpPay))
 	orderID, _ := b.order(t, "o1")
 	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status < 500 {
 		t.Fatalf("crashed request answered %d", r.status)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/retention"
 )
@@ -250,15 +252,26 @@ func TestDrill1_PaymentResponseLost(t *testing.T) {
 
 // crashOnce makes the first provider answer of op "crash" the process before
 // phase 2: the hook returns an error exactly where a crash would stop.
-func crashOnce(op idempotency.Operation) func(*app.Config) {
+func crashOnce(op idempotency.Operation) []app.Option {
 	var crashed atomic.Bool
-	return func(c *app.Config) {
-		c.PaymentHooks.AfterProviderCall = func(got idempotency.Operation) error {
+	return []app.Option{app.WithOperationHooks(operation.Hooks{
+		AfterCall: func(got idempotency.Operation, _ idempotency.RecoveryPoint) error {
 			if got == op && crashed.CompareAndSwap(false, true) {
 				return errors.New("injected crash after the provider answered")
 			}
 			return nil
+		},
+	})}
+}
+
+// inPhase2 runs fn inside phase 2's transaction (the step that records the
+// provider's answer) of payments and refunds, before it commits.
+func inPhase2(fn func(op idempotency.Operation) error) func(idempotency.Operation, idempotency.RecoveryPoint) error {
+	return func(op idempotency.Operation, point idempotency.RecoveryPoint) error {
+		if point != payments.PointPaymentCreated && point != payments.PointRefundCreated {
+			return nil
 		}
+		return fn(op)
 	}
 }
 
@@ -269,14 +282,14 @@ func crashOnce(op idempotency.Operation) func(*app.Config) {
 func TestFailedPhase2ReleasesTheClaim(t *testing.T) {
 	t.Parallel()
 	var failed atomic.Bool
-	b := setup(t, func(c *app.Config) {
-		c.PaymentHooks.InPhase2 = func(idempotency.Operation) error {
+	b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+		BeforeCommit: inPhase2(func(idempotency.Operation) error {
 			if failed.CompareAndSwap(false, true) {
 				return errors.New("injected: phase 2 lost its connection")
 			}
 			return nil
-		}
-	})
+		}),
+	})})
 	orderID, _ := b.order(t, "o1")
 	if r := b.pay(t, orderID, "pay-p2", "pm_card_ok"); r.status < 500 {
 		t.Fatalf("failed phase 2 answered %d", r.status)
@@ -295,7 +308,7 @@ func TestFailedPhase2ReleasesTheClaim(t *testing.T) {
 // resumes the same attempt: one charge, one succeeded payment.
 func TestDrill7_CrashAfterProviderCall_ClientRetry(t *testing.T) {
 	t.Parallel()
-	b := setup(t, crashOnce(idempotency.OpPaymentsCreate))
+	b := setupWith(t, crashOnce(payments.OpPay))
 	orderID, _ := b.order(t, "o1")
 	first := b.pay(t, orderID, "pay-crash", "pm_card_ok")
 	if first.status < 500 {
@@ -331,17 +344,17 @@ func TestDrill7_CrashAfterProviderCall_ClientRetry(t *testing.T) {
 // finishes the abandoned attempt, and a later client retry is a replay.
 func TestDrill7_CrashAfterProviderCall_Recoverer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, crashOnce(idempotency.OpPaymentsCreate))
+	b := setupWith(t, crashOnce(payments.OpPay))
 	orderID, _ := b.order(t, "o1")
 	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status < 500 {
 		t.Fatalf("crashed request answered %d", r.status)
 	}
 	ctx := context.Background()
-	if n, err := b.app.Payments().RecoverOnce(ctx, 10); err != nil || n != 0 {
+	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("RecoverOnce within the lease = %d, %v; want 0 (the owner may still finish)", n, err)
 	}
 	b.clock.advance(31 * time.Second)
-	if n, err := b.app.Payments().RecoverOnce(ctx, 10); err != nil || n != 1 {
+	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 1 {
 		t.Fatalf("RecoverOnce after the lease = %d, %v; want 1", n, err)
 	}
 	if n := b.allCharges(); n != 1 {
@@ -528,13 +541,13 @@ func TestConcurrentRefundsNeverExceedPayment(t *testing.T) {
 // Drill 7 for refunds, via the recoverer.
 func TestDrill7_RefundCrashAfterProviderCall_Recoverer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, crashOnce(idempotency.OpRefundsCreate))
+	b := setupWith(t, crashOnce(payments.OpRefund))
 	paymentID, _ := b.paidOrder(t)
 	if r := b.refund(t, paymentID, "refund-crash", 100); r.status < 500 {
 		t.Fatalf("crashed refund answered %d", r.status)
 	}
 	b.clock.advance(31 * time.Second)
-	if n, err := b.app.Payments().RecoverOnce(context.Background(), 10); err != nil || n != 1 {
+	if n, err := b.app.Recoverer().RecoverOnce(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("RecoverOnce = %d, %v", n, err)
 	}
 	if refunds := b.app.PSP().Ledger(paymentID).Refunds; len(refunds) != 1 {

@@ -11,15 +11,14 @@
 // dispatcher crash or beyond the duplicate window, as in drill 6; an
 // operator replays it) finds its inbox row, commits nothing, and is acked.
 //
-// Stock never goes negative. Fulfillment locks the order and its products
-// (in SKU order, so concurrent fulfillments cannot deadlock) and either
-// takes every line out of stock and marks the order fulfilled, or, when any
-// line is short, takes nothing, leaves the order paid and records a
-// backorder notice instead (products.stock also has CHECK (stock >= 0)).
-// Only a paid order is fulfilled: the status moves forward only
-// (OrderAdvanceStatus), so an order refunded before its payment.succeeded
-// arrived is not shipped, and the status is a business-level guard that
-// outlives the inbox's retention.
+// The orders package owns stock and the order's status: fulfillment asks it
+// to ship (orders.Service.Ship, in the consumer's transaction), which takes
+// every line out of stock and marks the order fulfilled, or, when any line
+// is short, takes nothing and leaves the order paid; fulfillment then
+// records the receipt or a backorder notice. Stock never goes negative. Only
+// a paid order ships: the status moves forward only, so an order refunded
+// before its payment.succeeded arrived is not shipped, and the status is a
+// business-level guard that outlives the inbox's retention.
 package fulfillment
 
 import (
@@ -38,6 +37,7 @@ import (
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
@@ -134,15 +134,17 @@ type Hooks struct {
 type Consumer struct {
 	pool   *pgxpool.Pool
 	js     jetstream.JetStream
+	orders *orders.Service
 	cfg    Config
 	logger *slog.Logger
 	now    func() time.Time
 	hooks  Hooks
 }
 
-// New returns the consumer. Declare it at start; Run consumes.
-func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, logger *slog.Logger, now func() time.Time, hooks Hooks) *Consumer {
-	return &Consumer{pool: pool, js: js, cfg: cfg.withDefaults(), logger: logger, now: now, hooks: hooks}
+// New returns the consumer, which ships orders through orderSvc. Declare it
+// at start; Run consumes.
+func New(pool *pgxpool.Pool, js jetstream.JetStream, orderSvc *orders.Service, cfg Config, logger *slog.Logger, now func() time.Time, hooks Hooks) *Consumer {
+	return &Consumer{pool: pool, js: js, orders: orderSvc, cfg: cfg.withDefaults(), logger: logger, now: now, hooks: hooks}
 }
 
 // ConsumerConfig is the durable pull consumer on broker.StreamEvents:
@@ -274,88 +276,45 @@ type (
 	}
 )
 
-// fulfill ships a paid order or backorders it.
+// fulfill ships a paid order or backorders it, through the orders package,
+// which owns stock and the order's status; fulfillment records the notice.
 func (c *Consumer) fulfill(ctx context.Context, tx pgx.Tx, m Message) (Outcome, error) {
 	var p paymentPayload
 	if err := json.Unmarshal(m.Payload, &p); err != nil || p.OrderID == uuid.Nil {
 		return "", permanent("payment.succeeded %s: payload has no order_id: %v", m.ID, err)
 	}
-	q := dbsqlc.New(tx)
-	order, err := q.OrderGetForUpdate(ctx, dbsqlc.OrderGetForUpdateParams{TenantID: m.TenantID, ID: p.OrderID})
-	if errors.Is(err, pgx.ErrNoRows) {
+	sh, err := c.orders.Ship(ctx, tx, m.TenantID, p.OrderID)
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
 		return "", permanent("payment.succeeded %s: tenant %s has no order %s", m.ID, m.TenantID, p.OrderID)
+	case errors.Is(err, orders.ErrNoLines):
+		return "", permanent("payment.succeeded %s: %v", m.ID, err)
+	case err != nil:
+		return "", err
 	}
-	if err != nil {
-		return "", fmt.Errorf("lock order %s: %w", p.OrderID, err)
-	}
-	if order.Status != "paid" {
+	order := sh.Order
+	switch sh.Result {
+	case orders.NotPaid:
 		c.logger.InfoContext(ctx, "order not fulfilled: it is not paid", "event_id", m.ID, "order_id", order.ID, "status", order.Status)
 		return Skipped, nil
-	}
-	stock, err := q.FulfillmentLockStock(ctx, dbsqlc.FulfillmentLockStockParams{TenantID: order.TenantID, OrderID: order.ID})
-	if err != nil {
-		return "", fmt.Errorf("lock stock of order %s: %w", order.ID, err)
-	}
-	var short, lines []lineJSON
-	for _, s := range stock {
-		lines = append(lines, lineJSON{SKU: s.Sku, Name: s.Name, Quantity: s.Quantity})
-		if s.Stock < int64(s.Quantity) {
-			short = append(short, lineJSON{SKU: s.Sku, Quantity: s.Quantity, InStock: &s.Stock})
+	case orders.Backordered:
+		short := make([]lineJSON, len(sh.Short))
+		for i, l := range sh.Short {
+			short[i] = lineJSON{SKU: l.SKU, Quantity: l.Quantity, InStock: &l.InStock}
 		}
-	}
-	if len(stock) == 0 || int(stock[0].OrderLines) != len(stock) {
-		// A line names a product the catalog no longer has: it cannot ship.
-		if short, err = missingLines(ctx, q, order.ID, stock, short); err != nil {
-			return "", err
-		}
-	}
-	if len(short) > 0 {
-		if err := c.notify(ctx, q, order, m, KindBackorder, backorderJSON{OrderID: order.ID, Short: short}); err != nil {
+		if err := c.notify(ctx, tx, order, m, KindBackorder, backorderJSON{OrderID: order.ID, Short: short}); err != nil {
 			return "", err
 		}
 		c.logger.WarnContext(ctx, "order backordered: not enough stock", "event_id", m.ID, "order_id", order.ID, "short_lines", len(short))
 		return Backordered, nil
 	}
-	taken, err := q.FulfillmentTakeStock(ctx, dbsqlc.FulfillmentTakeStockParams{TenantID: order.TenantID, OrderID: order.ID})
-	if err != nil {
-		return "", fmt.Errorf("take stock for order %s: %w", order.ID, err)
+	lines := make([]lineJSON, len(sh.Lines))
+	for i, l := range sh.Lines {
+		lines[i] = lineJSON{SKU: l.SKU, Name: l.Name, Quantity: l.Quantity}
 	}
-	if taken != int64(len(lines)) { // cannot happen under the row locks; never ship half an order
-		return "", fmt.Errorf("take stock for order %s: %d of %d lines taken", order.ID, taken, len(lines))
-	}
-	advanced, err := q.OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: "fulfilled", Now: c.nowUTC(), ID: order.ID})
-	if err != nil {
-		return "", fmt.Errorf("mark order %s fulfilled: %w", order.ID, err)
-	}
-	if advanced != 1 { // the order is locked and paid; a refusal here is a bug
-		return "", fmt.Errorf("mark order %s fulfilled: status did not advance", order.ID)
-	}
-	return Fulfilled, c.notify(ctx, q, order, m, KindReceipt, receiptJSON{
+	return Fulfilled, c.notify(ctx, tx, order, m, KindReceipt, receiptJSON{
 		OrderID: order.ID, PaymentID: p.ID, Amount: order.AmountTotal, Currency: order.Currency, Items: lines,
 	})
-}
-
-// missingLines adds to short the lines of the order whose product is not in
-// the catalog (they have no row in stock).
-func missingLines(ctx context.Context, q *dbsqlc.Queries, orderID uuid.UUID, stock []dbsqlc.FulfillmentLockStockRow, short []lineJSON) ([]lineJSON, error) {
-	items, err := q.OrderItemsGet(ctx, orderID)
-	if err != nil {
-		return nil, fmt.Errorf("load items of order %s: %w", orderID, err)
-	}
-	found := make(map[string]bool, len(stock))
-	for _, s := range stock {
-		found[s.Sku] = true
-	}
-	zero := int64(0)
-	for _, it := range items {
-		if !found[it.Sku] {
-			short = append(short, lineJSON{SKU: it.Sku, Quantity: it.Quantity, InStock: &zero})
-		}
-	}
-	if len(short) == 0 { // an order without lines: nothing to ship is nothing to take
-		return nil, permanent("order %s has no lines", orderID)
-	}
-	return short, nil
 }
 
 // noteRefund records a refund notice. The payments service already moved
@@ -365,21 +324,20 @@ func (c *Consumer) noteRefund(ctx context.Context, tx pgx.Tx, m Message) (Outcom
 	if err := json.Unmarshal(m.Payload, &p); err != nil || p.OrderID == uuid.Nil {
 		return "", permanent("refund.succeeded %s: payload has no order_id: %v", m.ID, err)
 	}
-	q := dbsqlc.New(tx)
-	order, err := q.OrderGet(ctx, dbsqlc.OrderGetParams{TenantID: m.TenantID, ID: p.OrderID})
-	if errors.Is(err, pgx.ErrNoRows) {
+	order, err := c.orders.GetTx(ctx, tx, m.TenantID, p.OrderID)
+	if errors.Is(err, orders.ErrNotFound) {
 		return "", permanent("refund.succeeded %s: tenant %s has no order %s", m.ID, m.TenantID, p.OrderID)
 	}
 	if err != nil {
-		return "", fmt.Errorf("load order %s: %w", p.OrderID, err)
+		return "", err
 	}
-	return RefundNoted, c.notify(ctx, q, order, m, KindRefund, refundJSON{
+	return RefundNoted, c.notify(ctx, tx, order, m, KindRefund, refundJSON{
 		OrderID: order.ID, PaymentID: p.PaymentID, RefundID: p.Refund.ID, Amount: p.Refund.Amount,
 		AmountRefunded: p.AmountRefunded, Full: p.AmountRefunded == p.PaymentAmount,
 	})
 }
 
-func (c *Consumer) notify(ctx context.Context, q *dbsqlc.Queries, order dbsqlc.Order, m Message, kind string, body any) error {
+func (c *Consumer) notify(ctx context.Context, tx pgx.Tx, order orders.Order, m Message, kind string, body any) error {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return fmt.Errorf("notification id: %w", err)
@@ -392,7 +350,7 @@ func (c *Consumer) notify(ctx context.Context, q *dbsqlc.Queries, order dbsqlc.O
 	if err != nil {
 		return fmt.Errorf("encode %s notification: %w", kind, err)
 	}
-	err = q.NotificationInsert(ctx, dbsqlc.NotificationInsertParams{
+	err = dbsqlc.New(tx).NotificationInsert(ctx, dbsqlc.NotificationInsertParams{
 		ID: id, TenantID: order.TenantID, OrderID: order.ID, Kind: kind, EventID: eventID, Body: raw, CreatedAt: c.nowUTC(),
 	})
 	if err != nil {

@@ -16,6 +16,9 @@ import (
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
 	"github.com/oncepay/oncepay/internal/fulfillment"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
@@ -143,10 +146,16 @@ func (b *testBundle) runDispatcher(t *testing.T) {
 	runUntilCleanup(t, d.Run)
 }
 
+// newOrderService is the orders feature the consumer ships through.
+func newOrderService(pool *pgxpool.Pool, logger *slog.Logger, now func() time.Time) *orders.Service {
+	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour}, 30*time.Second, now)
+	return orders.NewService(pool, operation.NewRunner(pool, store, logger), now)
+}
+
 // runConsumer declares the consumer and runs it until the test ends.
 func (b *testBundle) runConsumer(t *testing.T, cfg fulfillment.Config) *fulfillment.Consumer {
 	t.Helper()
-	c := fulfillment.New(b.pool, b.nats.JS, cfg, b.logger, b.clock.now, fulfillment.Hooks{AfterCommit: b.rec.afterCommit})
+	c := fulfillment.New(b.pool, b.nats.JS, newOrderService(b.pool, b.logger, b.clock.now), cfg, b.logger, b.clock.now, fulfillment.Hooks{AfterCommit: b.rec.afterCommit})
 	if _, err := c.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func fp(t testing.TB, op idempotency.Operation, params []string, body string) id
 
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
-	base := fp(t, idempotency.OpOrdersCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`)
+	base := fp(t, opOrders, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`)
 	for _, tc := range []struct {
 		name   string
 		op     idempotency.Operation
@@ -26,16 +26,16 @@ func TestFingerprint(t *testing.T) {
 		body   string
 		same   bool
 	}{
-		{"identical", idempotency.OpOrdersCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, true},
-		{"key order", idempotency.OpOrdersCreate, nil, `{"items":[{"quantity":2,"sku":"a"}],"currency":"EUR"}`, true},
-		{"whitespace", idempotency.OpOrdersCreate, nil, "{ \"currency\" : \"EUR\",\n\t\"items\":[ {\"sku\":\"a\", \"quantity\":2} ] }", true},
-		{"number spelling", idempotency.OpOrdersCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2.0}]}`, true},
-		{"string escapes", idempotency.OpOrdersCreate, nil, `{"currency":"\u0045UR","items":[{"sku":"a","quantity":2}]}`, true},
-		{"other quantity", idempotency.OpOrdersCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":3}]}`, false},
-		{"other currency", idempotency.OpOrdersCreate, nil, `{"currency":"USD","items":[{"sku":"a","quantity":2}]}`, false},
-		{"array order matters", idempotency.OpOrdersCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2},{"sku":"b","quantity":1}]}`, false},
-		{"other operation", idempotency.OpPaymentsCreate, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, false},
-		{"path parameter", idempotency.OpOrdersCreate, []string{"x"}, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, false},
+		{"identical", opOrders, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, true},
+		{"key order", opOrders, nil, `{"items":[{"quantity":2,"sku":"a"}],"currency":"EUR"}`, true},
+		{"whitespace", opOrders, nil, "{ \"currency\" : \"EUR\",\n\t\"items\":[ {\"sku\":\"a\", \"quantity\":2} ] }", true},
+		{"number spelling", opOrders, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2.0}]}`, true},
+		{"string escapes", opOrders, nil, `{"currency":"\u0045UR","items":[{"sku":"a","quantity":2}]}`, true},
+		{"other quantity", opOrders, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":3}]}`, false},
+		{"other currency", opOrders, nil, `{"currency":"USD","items":[{"sku":"a","quantity":2}]}`, false},
+		{"array order matters", opOrders, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2},{"sku":"b","quantity":1}]}`, false},
+		{"other operation", opPayments, nil, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, false},
+		{"path parameter", opOrders, []string{"x"}, `{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := fp(t, tc.op, tc.params, tc.body)
@@ -45,10 +45,10 @@ func TestFingerprint(t *testing.T) {
 		})
 	}
 	// Path parameters are framed: ("ab","c") and ("a","bc") differ.
-	if fp(t, idempotency.OpRefundsCreate, []string{"ab", "c"}, `{}`) == fp(t, idempotency.OpRefundsCreate, []string{"a", "bc"}, `{}`) {
+	if fp(t, opRefunds, []string{"ab", "c"}, `{}`) == fp(t, opRefunds, []string{"a", "bc"}, `{}`) {
 		t.Fatal("path parameters run together")
 	}
-	if _, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, []byte(`{"a":1,"a":2}`)); err == nil {
+	if _, err := idempotency.NewFingerprint(opOrders, nil, []byte(`{"a":1,"a":2}`)); err == nil {
 		t.Fatal("duplicate member names must not fingerprint: their meaning is ambiguous")
 	}
 }
@@ -61,7 +61,7 @@ func FuzzFingerprint(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
-		a, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, []byte(doc))
+		a, err := idempotency.NewFingerprint(opOrders, nil, []byte(doc))
 		if err != nil {
 			return // not canonicalizable JSON: the handler answers invalid_json
 		}
@@ -73,7 +73,7 @@ func FuzzFingerprint(f *testing.F) {
 		if err != nil {
 			return
 		}
-		b, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, again)
+		b, err := idempotency.NewFingerprint(opOrders, nil, again)
 		if err != nil {
 			return // a float that does not survive a float64 round trip
 		}
@@ -83,7 +83,7 @@ func FuzzFingerprint(f *testing.F) {
 		if m, ok := v.(map[string]any); ok {
 			m["\x00extra"] = true
 			changed, _ := json.Marshal(m)
-			c, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, changed)
+			c, err := idempotency.NewFingerprint(opOrders, nil, changed)
 			if err == nil && c == a {
 				t.Fatalf("different documents hash equal:\n%s\n%s", doc, changed)
 			}

@@ -11,20 +11,13 @@
 // live for a per-operation retention that covers the business process's whole
 // replay horizon (rule 5; Policy).
 //
-// It is an explicit step inside a service's transaction, not a middleware:
-//
-//	postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
-//		claim, err := store.Begin(ctx, tx, req)    // claim or wait or refuse
-//		if err != nil { return err }
-//		if claim.Replay != nil { resp = *claim.Replay; return nil }
-//		... the mutation and its outbox row ...
-//		resp, err = claim.Finish(ctx, tx, response, resource)
-//		return err
-//	})
-//
-// Operations with an external side effect (a charge at the provider) commit a
-// pending claim first, call out with a key derived from the record, and finish
-// in a second transaction (Checkpoint, Begin with an expired lease resumes).
+// The Store is the record and nothing else: claim (Begin), replay (Lookup),
+// record a recovery point (Claim.Checkpoint), store the final outcome
+// (Claim.Finish). Every method that writes takes a pgx.Tx, so the record can
+// only be written inside a transaction the caller owns, together with its
+// effect. Package operation builds the two flows of the brief on it: an
+// idempotent local mutation, and a multi-phase operation with an external
+// call whose recovery points this package stores.
 package idempotency
 
 import (
@@ -38,8 +31,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/idempotency/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 )
@@ -57,42 +51,38 @@ const (
 // Operation names what a key is scoped to, besides the tenant (rule 2).
 type Operation string
 
-// The operations of the HTTP contract.
+// State is the state of a record: pending until the operation has a final
+// outcome, then completed (2xx) or failed (a business failure, 4xx). A final
+// record never changes again.
+type State string
+
+// The states of a record.
 const (
-	OpOrdersCreate   Operation = "orders.create"
-	OpPaymentsCreate Operation = "payments.create"
-	OpRefundsCreate  Operation = "refunds.create"
+	StatePending   State = "pending"
+	StateCompleted State = "completed"
+	StateFailed    State = "failed"
 )
 
-// Record states.
-const (
-	StatePending   = "pending"
-	StateCompleted = "completed"
-	StateFailed    = "failed"
-)
+// RecoveryPoint is the last phase of an operation that committed: where a
+// retry or the recoverer resumes it. Every operation starts at PointStarted
+// and ends at PointFinished; an operation with an external call declares the
+// points in between (package payments: payment_created, refund_created).
+type RecoveryPoint string
 
-// RecoveryPointStarted is the recovery point of a fresh claim.
-const RecoveryPointStarted = "started"
+// The recovery points every operation has.
+const (
+	// PointStarted is the point of a fresh claim: nothing of the operation
+	// has committed yet.
+	PointStarted RecoveryPoint = "started"
+	// PointFinished is the point of a final record.
+	PointFinished RecoveryPoint = "finished"
+)
 
 // Policy says how long the records of each operation are kept after they
 // finish. It must cover the longest horizon over which the same intent may be
 // sent again: for money, settlement and disputes (45 days), not the few
 // minutes a queue deduplicates (rule 5).
 type Policy map[Operation]time.Duration
-
-// MoneyRetention is how long records of money operations are kept.
-const MoneyRetention = 45 * 24 * time.Hour
-
-// DefaultPolicy is the retention of docs/CONTRACT.md. orders.create keeps its
-// records 7 days, well past any client's retry loop; after that, the order's
-// own unique (tenant, idempotency key) still returns the original order.
-func DefaultPolicy() Policy {
-	return Policy{
-		OpOrdersCreate:   7 * 24 * time.Hour,
-		OpPaymentsCreate: MoneyRetention,
-		OpRefundsCreate:  MoneyRetention,
-	}
-}
 
 // Request is one attempt to execute an operation under a key.
 type Request struct {
@@ -143,30 +133,48 @@ type Resource struct {
 	ID   uuid.UUID
 }
 
-// Outcomes reported to the observer.
+// Outcome is what happened to one request under a key, as reported to the
+// observer (and counted in oncepay_idempotency_outcomes_total).
+type Outcome string
+
+// The outcomes.
 const (
-	OutcomeExecuted   = "executed"    // a new claim: the request runs
-	OutcomeReplayed   = "replayed"    // a stored outcome was returned
-	OutcomeMismatch   = "mismatch"    // same key, other request: 422
-	OutcomeInProgress = "in_progress" // same key while it runs: 409
-	OutcomeResumed    = "resumed"     // an abandoned claim was taken over
-	OutcomeLateRetry  = "late_retry"  // no record, but the business resource exists
+	OutcomeExecuted   Outcome = "executed"    // a new claim: the request runs
+	OutcomeReplayed   Outcome = "replayed"    // a stored outcome was returned
+	OutcomeMismatch   Outcome = "mismatch"    // same key, other request: 422
+	OutcomeInProgress Outcome = "in_progress" // same key while it runs: 409
+	OutcomeResumed    Outcome = "resumed"     // an abandoned claim was taken over
+	OutcomeLateRetry  Outcome = "late_retry"  // no record, but the business resource exists
 )
+
+// Outcomes lists every Outcome, for observers that export a series per
+// outcome before the first request.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeMismatch, OutcomeInProgress, OutcomeResumed, OutcomeLateRetry}
+}
+
+// DB runs queries: a pool, a connection or a transaction. Only Lookup takes
+// one, because reading a final record needs no transaction; every method
+// that writes takes a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
 // Store claims, finishes and looks up idempotency records.
 type Store struct {
 	policy  Policy
 	lease   time.Duration
 	now     func() time.Time
-	observe func(op Operation, outcome string)
+	observe func(op Operation, outcome Outcome)
 }
 
 // StoreOption configures a Store.
 type StoreOption func(*Store)
 
-// WithObserver reports every outcome (OutcomeExecuted, ...) per operation,
-// e.g. to metrics.
-func WithObserver(fn func(op Operation, outcome string)) StoreOption {
+// WithObserver reports every outcome per operation, e.g. to metrics.
+func WithObserver(fn func(op Operation, outcome Outcome)) StoreOption {
 	return func(s *Store) { s.observe = fn }
 }
 
@@ -174,7 +182,7 @@ func WithObserver(fn func(op Operation, outcome string)) StoreOption {
 // operation is protected; after it, a retry or the recoverer may take the
 // claim over and resume from its recovery point.
 func NewStore(policy Policy, lease time.Duration, now func() time.Time, opts ...StoreOption) *Store {
-	s := &Store{policy: policy, lease: lease, now: now, observe: func(Operation, string) {}}
+	s := &Store{policy: policy, lease: lease, now: now, observe: func(Operation, Outcome) {}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -183,10 +191,9 @@ func NewStore(policy Policy, lease time.Duration, now func() time.Time, opts ...
 
 // Observe reports an outcome decided outside the store, such as
 // OutcomeLateRetry, which the features detect through their own uniqueness.
-func (s *Store) Observe(op Operation, outcome string) { s.observe(op, outcome) }
+func (s *Store) Observe(op Operation, outcome Outcome) { s.observe(op, outcome) }
 
-// Lease returns the lease of pending claims.
-func (s *Store) Lease() time.Duration { return s.lease }
+func (s *Store) nowUTC() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // retention returns how long records of op are kept.
 func (s *Store) retention(op Operation) (time.Duration, error) {
@@ -197,24 +204,48 @@ func (s *Store) retention(op Operation) (time.Duration, error) {
 	return d, nil
 }
 
+// ClaimKind says which of the three cases a Claim is.
+type ClaimKind int
+
+// The kinds of claim.
+const (
+	// ClaimFresh is a new record: the request executes from PointStarted.
+	ClaimFresh ClaimKind = iota + 1
+	// ClaimReplay is a key whose record has its final outcome: the caller
+	// answers Claim.Stored and does nothing else.
+	ClaimReplay
+	// ClaimResumed is a pending record whose owner's lease had run out (a
+	// crashed or abandoned attempt), now taken over: the caller resumes the
+	// operation from Claim.RecoveryPoint.
+	ClaimResumed
+)
+
+func (k ClaimKind) String() string {
+	switch k {
+	case ClaimFresh:
+		return "fresh"
+	case ClaimReplay:
+		return "replay"
+	case ClaimResumed:
+		return "resumed"
+	}
+	return fmt.Sprintf("ClaimKind(%d)", int(k))
+}
+
 // Claim is the right to execute a request, or the stored outcome when the
-// request has run already. It is valid in the transaction that made it.
+// request has run already.
 type Claim struct {
 	store *Store
 	req   Request
-	// Replay is the stored final outcome when the key has one. The caller
-	// returns it and does nothing else.
-	Replay *Response
+	// Kind says which case this is.
+	Kind ClaimKind
+	// Stored is the final outcome of a ClaimReplay.
+	Stored Response
 	// RecoveryPoint is the last phase a previous attempt committed
-	// (RecoveryPointStarted for a new claim).
-	RecoveryPoint string
-	// Resumed reports that the claim took over a pending record whose
-	// owner's lease had run out (a crashed or abandoned attempt).
-	Resumed bool
-	// CreatedAt is when the record was first claimed.
-	CreatedAt time.Time
-	// ResourceID is the resource recorded by an earlier phase, if any.
-	ResourceID *uuid.UUID
+	// (PointStarted for a fresh claim, PointFinished for a replay).
+	RecoveryPoint RecoveryPoint
+	// Resource is what an earlier phase recorded, if anything.
+	Resource *Resource
 
 	// lease is the locked_until this claim last wrote and holder the
 	// record's request_id when it was claimed: together they tell this
@@ -223,20 +254,24 @@ type Claim struct {
 	holder string
 }
 
+// Request returns the request the claim was made for.
+func (c *Claim) Request() Request { return c.req }
+
 // Begin claims r's key inside tx. The outcomes:
-//   - new key: a pending claim (Replay nil, Resumed false); the caller executes.
-//   - final record with the same fingerprint: Replay holds the stored response.
+//   - new key: a ClaimFresh; the caller executes.
+//   - final record with the same fingerprint: a ClaimReplay with the stored
+//     response.
 //   - any record with another fingerprint: problem idempotency_key_reused.
 //   - pending record whose lease is live: problem request_in_progress with
 //     Retry-After; nothing was done.
-//   - pending record whose lease ran out: the claim is taken over (Resumed).
+//   - pending record whose lease ran out: a ClaimResumed, leased anew.
 //
 // A concurrent transaction that claimed the same key and has not committed
 // makes Begin wait for it (at most the pool's lock_timeout); then Begin sees
 // the committed outcome, or a free key if that transaction rolled back.
-func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, error) {
+func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error) {
 	q := dbsqlc.New(tx)
-	now := s.now().UTC().Truncate(time.Microsecond)
+	now := s.nowUTC()
 	retention, err := s.retention(r.Operation)
 	if err != nil {
 		return nil, err
@@ -255,7 +290,7 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	switch {
 	case err == nil:
 		s.observe(r.Operation, OutcomeExecuted)
-		return &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt, lease: leaseUntil, holder: row.RequestID}, nil
+		return &Claim{store: s, req: r, Kind: ClaimFresh, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), lease: leaseUntil, holder: row.RequestID}, nil
 	case postgres.IsLockTimeout(err):
 		s.observe(r.Operation, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
@@ -281,13 +316,13 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 		s.observe(r.Operation, OutcomeMismatch)
 		return nil, reused()
 	}
-	if row.State != StatePending {
+	if State(row.State) != StatePending {
 		resp, err := storedResponse(row)
 		if err != nil {
 			return nil, err
 		}
 		s.observe(r.Operation, OutcomeReplayed)
-		return &Claim{store: s, req: r, Replay: &resp, RecoveryPoint: row.RecoveryPoint, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID}, nil
+		return &Claim{store: s, req: r, Kind: ClaimReplay, Stored: resp, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row)}, nil
 	}
 	if row.LockedUntil != nil && row.LockedUntil.After(now) {
 		s.observe(r.Operation, OutcomeInProgress)
@@ -295,8 +330,8 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 	}
 	s.observe(r.Operation, OutcomeResumed)
 	// The previous owner's lease ran out: take the claim over.
-	taken := &Claim{store: s, req: r, RecoveryPoint: row.RecoveryPoint, Resumed: true, CreatedAt: row.CreatedAt, ResourceID: row.ResourceID, holder: row.RequestID}
-	if err := taken.checkpoint(ctx, tx, row.RecoveryPoint, nil, leaseUntil, now); err != nil {
+	taken := &Claim{store: s, req: r, Kind: ClaimResumed, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row), holder: row.RequestID}
+	if err := taken.checkpoint(ctx, tx, taken.RecoveryPoint, nil, leaseUntil, now); err != nil {
 		return nil, fmt.Errorf("renew idempotency lease: %w", err)
 	}
 	return taken, nil
@@ -307,7 +342,7 @@ func (s *Store) Begin(ctx context.Context, tx dbsqlc.DBTX, r Request) (*Claim, e
 // fast path, taken before a write transaction is opened: final records never
 // change, so reading one without a lock is safe, and Lookup never acts on the
 // absence of a record (Begin decides that, under the primary key).
-func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Response, error) {
+func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error) {
 	row, err := dbsqlc.New(db).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
 		TenantID: r.TenantID, Operation: string(r.Operation), IdempotencyKey: string(r.Key),
 	})
@@ -321,7 +356,7 @@ func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Respons
 		s.observe(r.Operation, OutcomeMismatch)
 		return nil, reused()
 	}
-	if row.State == StatePending {
+	if State(row.State) == StatePending {
 		return nil, nil
 	}
 	resp, err := storedResponse(row)
@@ -335,9 +370,9 @@ func (s *Store) Lookup(ctx context.Context, db dbsqlc.DBTX, r Request) (*Respons
 // Checkpoint records that a phase of a multi-phase operation committed, and
 // the resource it created (nil keeps the one recorded), and renews the lease.
 // It runs in the transaction of that phase.
-func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string, res *Resource) error {
-	now := c.store.now().UTC().Truncate(time.Microsecond)
-	return c.checkpoint(ctx, tx, recoveryPoint, res, now.Add(c.store.lease), now)
+func (c *Claim) Checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, res *Resource) error {
+	now := c.store.nowUTC()
+	return c.checkpoint(ctx, tx, point, res, now.Add(c.store.lease), now)
 }
 
 // Release ends this claim's lease at once, keeping its recovery point and
@@ -352,29 +387,37 @@ func (c *Claim) Checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint st
 // another owner took the claim over and may be at the provider now), Release
 // changes nothing and reports false: ending someone else's lease would let a
 // third party resume an attempt that is still running.
-func (c *Claim) Release(ctx context.Context, tx dbsqlc.DBTX) (bool, error) {
-	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
-		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
-	})
+func (c *Claim) Release(ctx context.Context, tx pgx.Tx) (bool, error) {
+	row, err := c.lock(ctx, tx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("lock idempotency record: %w", err)
+		return false, err
 	}
-	if row.State != StatePending || row.LockedUntil == nil || !row.LockedUntil.Equal(c.lease) || row.RequestID != c.holder {
+	if State(row.State) != StatePending || row.LockedUntil == nil || !row.LockedUntil.Equal(c.lease) || row.RequestID != c.holder {
 		return false, nil
 	}
-	now := c.store.now().UTC().Truncate(time.Microsecond)
-	if err := c.checkpoint(ctx, tx, row.RecoveryPoint, nil, now, now); err != nil {
+	now := c.store.nowUTC()
+	if err := c.checkpoint(ctx, tx, RecoveryPoint(row.RecoveryPoint), nil, now, now); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-func (c *Claim) checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint string, res *Resource, leaseUntil, now time.Time) error {
+func (c *Claim) lock(ctx context.Context, tx pgx.Tx) (dbsqlc.ApiIdempotency, error) {
+	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
+		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return row, fmt.Errorf("lock idempotency record: %w", err)
+	}
+	return row, err
+}
+
+func (c *Claim) checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, res *Resource, leaseUntil, now time.Time) error {
 	p := dbsqlc.IdempotencyCheckpointParams{
-		RecoveryPoint:  recoveryPoint,
+		RecoveryPoint:  string(point),
 		LockedUntil:    &leaseUntil,
 		Now:            now,
 		TenantID:       c.req.TenantID,
@@ -383,28 +426,26 @@ func (c *Claim) checkpoint(ctx context.Context, tx dbsqlc.DBTX, recoveryPoint st
 	}
 	if res != nil {
 		p.ResourceType, p.ResourceID = &res.Type, &res.ID
-		c.ResourceID = &res.ID
+		c.Resource = res
 	}
 	if err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, p); err != nil {
 		return fmt.Errorf("checkpoint idempotency record: %w", err)
 	}
-	c.RecoveryPoint = recoveryPoint
+	c.RecoveryPoint = point
 	c.lease = leaseUntil
 	return nil
 }
 
 // Reacquire locks the claim's record again in a later transaction of the same
-// operation (phase 2). It returns the stored outcome when somebody else (a
-// retry or the recoverer that took the claim over after its lease) finished
+// operation. It returns the stored outcome when somebody else (a retry or the
+// recoverer that took the claim over after its lease, or a webhook) finished
 // the operation first; the caller then answers with that and does nothing.
-func (c *Claim) Reacquire(ctx context.Context, tx dbsqlc.DBTX) (*Response, error) {
-	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
-		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
-	})
+func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
+	row, err := c.lock(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("relock idempotency record: %w", err)
 	}
-	if row.State == StatePending {
+	if State(row.State) == StatePending {
 		return nil, nil
 	}
 	resp, err := storedResponse(row)
@@ -414,24 +455,23 @@ func (c *Claim) Reacquire(ctx context.Context, tx dbsqlc.DBTX) (*Response, error
 	return &resp, nil
 }
 
-// Request returns the request the claim was made for.
-func (c *Claim) Request() Request { return c.req }
-
 // ClaimExpired takes over up to limit pending claims of ops whose lease ran
 // out: attempts abandoned by a crash or a client that gave up. It is the
-// recoverer's Begin. Concurrent callers (several API processes) never get the
-// same claim: the rows are locked with SKIP LOCKED and leased anew.
-func (s *Store) ClaimExpired(ctx context.Context, tx dbsqlc.DBTX, ops []Operation, limit int) ([]*Claim, error) {
-	now := s.now().UTC().Truncate(time.Microsecond)
+// recoverer's Begin: every claim it returns is a ClaimResumed. Concurrent
+// callers (several API processes) never get the same claim: the rows are
+// locked with SKIP LOCKED and leased anew.
+func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, limit int) ([]*Claim, error) {
+	now := s.nowUTC()
 	names := make([]string, len(ops))
 	for i, op := range ops {
 		names[i] = string(op)
 	}
+	leaseUntil := now.Add(s.lease)
 	rows, err := dbsqlc.New(tx).IdempotencyClaimExpired(ctx, dbsqlc.IdempotencyClaimExpiredParams{
 		Operations:  names,
 		Now:         now,
-		MaxRows:     int32(limit),
-		LockedUntil: ptr(now.Add(s.lease)),
+		MaxRows:     int32(min(limit, math.MaxInt32)),
+		LockedUntil: &leaseUntil,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim expired idempotency records: %w", err)
@@ -447,22 +487,26 @@ func (s *Store) ClaimExpired(ctx context.Context, tx dbsqlc.DBTX, ops []Operatio
 				Fingerprint: Fingerprint(row.RequestHash),
 				RequestID:   "recoverer",
 			},
-			RecoveryPoint: row.RecoveryPoint,
-			Resumed:       true,
-			CreatedAt:     row.CreatedAt,
-			ResourceID:    row.ResourceID,
-			lease:         deref(row.LockedUntil),
+			Kind:          ClaimResumed,
+			RecoveryPoint: RecoveryPoint(row.RecoveryPoint),
+			Resource:      resourceOf(row),
+			lease:         leaseUntil,
 			holder:        row.RequestID,
 		}
 	}
 	return claims, nil
 }
 
+// ErrNotPending is returned by Finish for a record that already has its
+// final outcome: a final record is never overwritten.
+var ErrNotPending = errors.New("idempotency record is not pending")
+
 // Finish stores resp as the final outcome of the claim, in the caller's
 // transaction: 2xx as completed, 4xx (business failures) as failed. It
 // returns resp with ExpiresAt set. 5xx outcomes are never stored: the caller
-// must roll back (or leave the claim pending for recovery) instead.
-func (c *Claim) Finish(ctx context.Context, tx dbsqlc.DBTX, resp Response, res *Resource) (Response, error) {
+// must roll back (or leave the claim pending for recovery) instead. Only a
+// pending record is finished (ErrNotPending otherwise).
+func (c *Claim) Finish(ctx context.Context, tx pgx.Tx, resp Response, res *Resource) (Response, error) {
 	state := StateCompleted
 	switch {
 	case resp.Status >= 200 && resp.Status < 300:
@@ -475,14 +519,14 @@ func (c *Claim) Finish(ctx context.Context, tx dbsqlc.DBTX, resp Response, res *
 	if err != nil {
 		return Response{}, err
 	}
-	now := c.store.now().UTC().Truncate(time.Microsecond)
+	now := c.store.nowUTC()
 	resp.ExpiresAt = now.Add(retention)
 	headers, err := json.Marshal(storedHeaders{ContentType: resp.ContentType, Location: resp.Location})
 	if err != nil {
 		return Response{}, fmt.Errorf("encode stored headers: %w", err)
 	}
 	p := dbsqlc.IdempotencyFinishParams{
-		State:           state,
+		State:           string(state),
 		StatusCode:      ptr(int32(resp.Status)),
 		ResponseHeaders: headers,
 		ResponseBody:    resp.Body,
@@ -496,9 +540,14 @@ func (c *Claim) Finish(ctx context.Context, tx dbsqlc.DBTX, resp Response, res *
 		p.ResourceType = &res.Type
 		p.ResourceID = &res.ID
 	}
-	if err := dbsqlc.New(tx).IdempotencyFinish(ctx, p); err != nil {
+	n, err := dbsqlc.New(tx).IdempotencyFinish(ctx, p)
+	if err != nil {
 		return Response{}, fmt.Errorf("store idempotent response: %w", err)
 	}
+	if n == 0 {
+		return Response{}, fmt.Errorf("finish %s %q: %w", c.req.Operation, c.req.Key, ErrNotPending)
+	}
+	c.RecoveryPoint = PointFinished
 	return resp, nil
 }
 
@@ -524,6 +573,17 @@ func storedResponse(row dbsqlc.ApiIdempotency) (Response, error) {
 		ExpiresAt:   row.ExpiresAt,
 		Replayed:    true,
 	}, nil
+}
+
+func resourceOf(row dbsqlc.ApiIdempotency) *Resource {
+	if row.ResourceID == nil {
+		return nil
+	}
+	r := &Resource{ID: *row.ResourceID}
+	if row.ResourceType != nil {
+		r.Type = *row.ResourceType
+	}
+	return r
 }
 
 func reused() error {
@@ -566,11 +626,3 @@ func inProgress(retryAfter time.Duration, cause error) error {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
-}

@@ -19,6 +19,18 @@ import (
 	"github.com/oncepay/oncepay/internal/testdb"
 )
 
+// The operations of the service, as the stores of its features name them.
+const (
+	opOrders   idempotency.Operation = "orders.create"
+	opPayments idempotency.Operation = "payments.create"
+	opRefunds  idempotency.Operation = "refunds.create"
+)
+
+// policy is the service's retention per operation.
+func policy() idempotency.Policy {
+	return idempotency.Policy{opOrders: 7 * 24 * time.Hour, opPayments: 45 * 24 * time.Hour, opRefunds: 45 * 24 * time.Hour}
+}
+
 // clock is a settable test clock.
 type clock struct {
 	mu sync.Mutex
@@ -43,11 +55,14 @@ type storeBundle struct {
 
 const lease = 30 * time.Second
 
+// chargeRequested is a recovery point of a multi-phase operation.
+const chargeRequested idempotency.RecoveryPoint = "charge_requested"
+
 func setupStore(t *testing.T) *storeBundle {
 	t.Helper()
 	pool := testdb.Pool(t)
 	b := &storeBundle{pool: pool, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	b.store = idempotency.NewStore(idempotency.DefaultPolicy(), lease, b.clock.now)
+	b.store = idempotency.NewStore(policy(), lease, b.clock.now)
 	for _, id := range []*uuid.UUID{&b.tenantA, &b.tenantB} {
 		*id = uuid.New()
 		if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', now())`, *id, id.String()); err != nil {
@@ -69,7 +84,7 @@ func (b *storeBundle) execute(t *testing.T, r idempotency.Request, resp idempote
 	err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
 		var err error
 		claim, err = b.store.Begin(context.Background(), tx, r)
-		if err != nil || claim.Replay != nil {
+		if err != nil || claim.Kind == idempotency.ClaimReplay {
 			return err
 		}
 		_, err = claim.Finish(context.Background(), tx, resp, nil)
@@ -85,16 +100,16 @@ func created(body string) idempotency.Response {
 func TestBeginClaimsThenReplays(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
-	r := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":1}`)
+	r := b.request(t, b.tenantA, opOrders, "k", `{"a":1}`)
 	first, err := b.execute(t, r, created(`{"id":1}`))
-	if err != nil || first.Replay != nil || first.Resumed || first.RecoveryPoint != idempotency.RecoveryPointStarted {
+	if err != nil || first.Kind != idempotency.ClaimFresh || first.RecoveryPoint != idempotency.PointFinished {
 		t.Fatalf("first Begin = %+v, %v; want a fresh claim", first, err)
 	}
 	second, err := b.execute(t, r, created(`{"id":2}`))
-	if err != nil || second.Replay == nil {
+	if err != nil || second.Kind != idempotency.ClaimReplay {
 		t.Fatalf("second Begin = %+v, %v; want a replay", second, err)
 	}
-	rep := second.Replay
+	rep := second.Stored
 	if rep.Status != http.StatusCreated || string(rep.Body) != `{"id":1}` || rep.Location != "/x/1" || rep.ContentType != "application/json" || !rep.Replayed {
 		t.Fatalf("replay = %+v", rep)
 	}
@@ -110,7 +125,7 @@ func TestBeginClaimsThenReplays(t *testing.T) {
 func TestMoneyOperationsKeepRecords45Days(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
-	for _, op := range []idempotency.Operation{idempotency.OpPaymentsCreate, idempotency.OpRefundsCreate} {
+	for _, op := range []idempotency.Operation{opPayments, opRefunds} {
 		r := b.request(t, b.tenantA, op, "money", `{}`)
 		if _, err := b.execute(t, r, created(`{}`)); err != nil {
 			t.Fatal(err)
@@ -128,10 +143,10 @@ func TestMoneyOperationsKeepRecords45Days(t *testing.T) {
 func TestBeginRefusesAnotherPayload(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
-	if _, err := b.execute(t, b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":1}`), created(`{}`)); err != nil {
+	if _, err := b.execute(t, b.request(t, b.tenantA, opOrders, "k", `{"a":1}`), created(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	other := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "k", `{"a":2}`)
+	other := b.request(t, b.tenantA, opOrders, "k", `{"a":2}`)
 	if _, err := b.execute(t, other, created(`{}`)); problem.CodeOf(err) != problem.IdempotencyKeyReused {
 		t.Fatalf("Begin with another payload: %v, want idempotency_key_reused", err)
 	}
@@ -145,13 +160,13 @@ func TestKeyScope(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	for _, r := range []idempotency.Request{
-		b.request(t, b.tenantA, idempotency.OpOrdersCreate, "same", `{"a":1}`),
-		b.request(t, b.tenantB, idempotency.OpOrdersCreate, "same", `{"a":2}`),
-		b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "same", `{"a":3}`),
-		b.request(t, b.tenantA, idempotency.OpRefundsCreate, "same", `{"a":4}`),
+		b.request(t, b.tenantA, opOrders, "same", `{"a":1}`),
+		b.request(t, b.tenantB, opOrders, "same", `{"a":2}`),
+		b.request(t, b.tenantA, opPayments, "same", `{"a":3}`),
+		b.request(t, b.tenantA, opRefunds, "same", `{"a":4}`),
 	} {
 		c, err := b.execute(t, r, created(`{}`))
-		if err != nil || c.Replay != nil {
+		if err != nil || c.Kind != idempotency.ClaimFresh {
 			t.Fatalf("%s/%s: Begin = %+v, %v; want an independent fresh claim", r.TenantID, r.Operation, c, err)
 		}
 	}
@@ -163,13 +178,13 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	ctx := context.Background()
-	r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "phased", `{}`)
+	r := b.request(t, b.tenantA, opPayments, "phased", `{}`)
 	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		c, err := b.store.Begin(ctx, tx, r)
 		if err != nil {
 			return err
 		}
-		return c.Checkpoint(ctx, tx, "charge_requested", nil)
+		return c.Checkpoint(ctx, tx, chargeRequested, nil)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +204,7 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 		taken, err = b.store.Begin(ctx, tx, r)
 		return err
 	})
-	if err != nil || !taken.Resumed || taken.RecoveryPoint != "charge_requested" {
+	if err != nil || taken.Kind != idempotency.ClaimResumed || taken.RecoveryPoint != chargeRequested {
 		t.Fatalf("Begin after the lease = %+v, %v; want a resumed claim at charge_requested", taken, err)
 	}
 	// The take-over renewed the lease: a third attempt now waits again.
@@ -203,19 +218,19 @@ func TestFinishStates(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	ctx := context.Background()
-	declined := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "declined", `{}`)
+	declined := b.request(t, b.tenantA, opPayments, "declined", `{}`)
 	if _, err := b.execute(t, declined, idempotency.Response{Status: http.StatusPaymentRequired, ContentType: problem.ContentType, Body: []byte(`{"code":"card_declined"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	var state string
-	if err := b.pool.QueryRow(ctx, `SELECT state FROM api_idempotency WHERE idempotency_key = 'declined'`).Scan(&state); err != nil || state != idempotency.StateFailed {
+	if err := b.pool.QueryRow(ctx, `SELECT state FROM api_idempotency WHERE idempotency_key = 'declined'`).Scan(&state); err != nil || idempotency.State(state) != idempotency.StateFailed {
 		t.Fatalf("state = %q, %v; want failed", state, err)
 	}
 	rep, err := b.store.Lookup(ctx, b.pool, declined)
 	if err != nil || rep == nil || rep.Status != http.StatusPaymentRequired {
 		t.Fatalf("declined replay = %+v, %v", rep, err)
 	}
-	broken := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "broken", `{}`)
+	broken := b.request(t, b.tenantA, opPayments, "broken", `{}`)
 	if _, err := b.execute(t, broken, idempotency.Response{Status: http.StatusServiceUnavailable, Body: []byte(`{}`)}); err == nil {
 		t.Fatal("Finish stored a 503")
 	}
@@ -229,7 +244,7 @@ func TestFinishStates(t *testing.T) {
 func TestConcurrentBeginExecutesOnce(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
-	r := b.request(t, b.tenantA, idempotency.OpOrdersCreate, "race", `{}`)
+	r := b.request(t, b.tenantA, opOrders, "race", `{}`)
 	const n = 24
 	var executed, replayed, busy atomic.Int32
 	var wg sync.WaitGroup
@@ -244,7 +259,7 @@ func TestConcurrentBeginExecutesOnce(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if c.Replay != nil {
+				if c.Kind == idempotency.ClaimReplay {
 					replayed.Add(1)
 					return nil
 				}
@@ -293,7 +308,7 @@ func (b *storeBundle) claim(t *testing.T, r idempotency.Request, rollback bool) 
 		if c, err = b.store.Begin(ctx, tx, r); err != nil {
 			return err
 		}
-		if err := c.Checkpoint(ctx, tx, "charge_requested", nil); err != nil {
+		if err := c.Checkpoint(ctx, tx, chargeRequested, nil); err != nil {
 			return err
 		}
 		if rollback {
@@ -335,7 +350,7 @@ func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
 	}
 
 	t.Run("own lease", func(t *testing.T) {
-		r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "own", `{}`)
+		r := b.request(t, b.tenantA, opPayments, "own", `{}`)
 		c := b.claim(t, r, false)
 		if !b.release(t, c) {
 			t.Fatal("Release of the claim's own lease = false")
@@ -346,16 +361,16 @@ func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
 			resumed, err = b.store.Begin(context.Background(), tx, r)
 			return err
 		})
-		if err != nil || !resumed.Resumed || resumed.RecoveryPoint != "charge_requested" {
+		if err != nil || resumed.Kind != idempotency.ClaimResumed || resumed.RecoveryPoint != chargeRequested {
 			t.Fatalf("Begin right after Release = %+v, %v; want the attempt resumed at once", resumed, err)
 		}
 	})
 
 	t.Run("taken over after the lease", func(t *testing.T) {
-		r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "taken", `{}`)
+		r := b.request(t, b.tenantA, opPayments, "taken", `{}`)
 		stale := b.claim(t, r, false)
 		b.clock.advance(lease + time.Second)
-		if owner := b.claim(t, r, false); !owner.Resumed {
+		if owner := b.claim(t, r, false); owner.Kind != idempotency.ClaimResumed {
 			t.Fatal("the second claim did not take the first one over")
 		}
 		if b.release(t, stale) {
@@ -367,12 +382,12 @@ func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
 	t.Run("never committed", func(t *testing.T) {
 		// Two attempts of one key at the same instant: the first one's
 		// transaction rolls back, the second then claims the key.
-		first := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "rolled-back", `{}`)
+		first := b.request(t, b.tenantA, opPayments, "rolled-back", `{}`)
 		first.RequestID = "attempt-1"
 		second := first
 		second.RequestID = "attempt-2"
 		lost := b.claim(t, first, true)
-		if owner := b.claim(t, second, false); owner.Resumed {
+		if owner := b.claim(t, second, false); owner.Kind == idempotency.ClaimResumed {
 			t.Fatal("the second attempt resumed a claim that never committed")
 		}
 		if b.release(t, lost) {
@@ -390,7 +405,7 @@ func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
 func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
-	r := b.request(t, b.tenantA, idempotency.OpPaymentsCreate, "held", `{}`)
+	r := b.request(t, b.tenantA, opPayments, "held", `{}`)
 	claimedAt := b.clock.now()
 	b.claim(t, r, false)
 	for _, tc := range []struct {
@@ -408,5 +423,40 @@ func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter != tc.want {
 			t.Fatalf("%v into the lease: %v, want request_in_progress with Retry-After %v", tc.at, err, tc.want)
 		}
+	}
+}
+
+// A final record is never overwritten: Finish of a claim whose record was
+// finished meanwhile (by a retry or the recoverer that took it over) fails
+// with ErrNotPending, and the stored outcome stays the first one.
+func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	ctx := context.Background()
+	r := b.request(t, b.tenantA, opPayments, "twice", `{}`)
+	stale := b.claim(t, r, false)
+	b.clock.advance(lease + time.Second)
+	var owner *idempotency.Claim
+	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		if owner, err = b.store.Begin(ctx, tx, r); err != nil {
+			return err
+		}
+		_, err = owner.Finish(ctx, tx, created(`{"by":"owner"}`), nil)
+		return err
+	})
+	if err != nil || owner.Kind != idempotency.ClaimResumed {
+		t.Fatalf("take-over and finish: %+v, %v", owner, err)
+	}
+	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := stale.Finish(ctx, tx, created(`{"by":"stale"}`), nil)
+		return err
+	})
+	if !errors.Is(err, idempotency.ErrNotPending) {
+		t.Fatalf("Finish of a finished record = %v, want ErrNotPending", err)
+	}
+	resp, err := b.store.Lookup(ctx, b.pool, r)
+	if err != nil || resp == nil || string(resp.Body) != `{"by":"owner"}` {
+		t.Fatalf("stored outcome = %+v, %v; want the owner's", resp, err)
 	}
 }

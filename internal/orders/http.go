@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"regexp"
@@ -15,8 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
@@ -49,7 +47,7 @@ type (
 	}
 	orderJSON struct {
 		ID          uuid.UUID  `json:"id"`
-		Status      string     `json:"status"`
+		Status      Status     `json:"status"`
 		Currency    string     `json:"currency"`
 		AmountTotal int64      `json:"amount_total"`
 		Items       []itemJSON `json:"items"`
@@ -91,6 +89,11 @@ func parseCreate(body []byte) (CreateInput, error) {
 	if err := wire.Decode(body, &req); err != nil {
 		return CreateInput{}, err
 	}
+	return validateCreate(req)
+}
+
+// validateCreate checks a decoded order request.
+func validateCreate(req createRequestJSON) (CreateInput, error) {
 	var fields []problem.FieldError
 	bad := func(field, msg string) { fields = append(fields, problem.FieldError{Field: field, Message: msg}) }
 	in := CreateInput{}
@@ -148,30 +151,16 @@ func parseCreate(body []byte) (CreateInput, error) {
 
 // Create handles POST /v1/orders.
 func (h *Handler) Create(c echo.Context) error {
-	t := tenants.FromContext(c)
-	key, err := idempotency.ParseKey(c.Request().Header)
+	var body createRequestJSON
+	req, _, err := operation.ParseRequest(c, OpCreate, operation.Target{}, &body)
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return err // the body limit's 413, or a broken connection
-	}
-	in, err := parseCreate(body)
+	in, err := validateCreate(body)
 	if err != nil {
 		return err
 	}
-	fp, err := idempotency.NewFingerprint(idempotency.OpOrdersCreate, nil, body)
-	if err != nil {
-		return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be canonicalized.", Err: err}
-	}
-	resp, err := h.svc.Create(c.Request().Context(), idempotency.Request{
-		TenantID:    t.ID,
-		Operation:   idempotency.OpOrdersCreate,
-		Key:         key,
-		Fingerprint: fp,
-		RequestID:   c.Response().Header().Get(echo.HeaderXRequestID),
-	}, in)
+	resp, err := h.svc.Create(c.Request().Context(), req, in)
 	if err != nil {
 		return err
 	}
@@ -186,7 +175,7 @@ func (h *Handler) Get(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such order.")
 	}
 	o, err := h.svc.Get(c.Request().Context(), t.ID, id)
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return problem.New(problem.NotFound, "No such order.")
 	}
 	if err != nil {

@@ -1,29 +1,90 @@
-// Package orders owns the product catalog and orders: the local mutation of
-// the service. Creating an order is the textbook idempotent write (the brief's
-// "local mutation" flow): one transaction claims the idempotency key, inserts
-// the order, appends the order.created outbox event and stores the response.
+// Package orders owns the product catalog, its stock and orders: the local
+// mutation of the service, and the order's lifecycle.
 //
-// Besides the idempotency record, which expires, an order keeps the key that
-// created it under a unique constraint for its whole life: a genuine late
-// retry after the record is gone still finds the original order (drill 8).
+// Creating an order is the textbook idempotent write (the brief's "local
+// mutation" flow, run by operation.Local): one transaction claims the
+// idempotency key, inserts the order, appends the order.created outbox event
+// and stores the response. Besides the idempotency record, which expires, an
+// order keeps the key that created it under a unique constraint for its
+// whole life: a genuine late retry after the record is gone still finds the
+// original order (drill 8).
+//
+// The lifecycle is a typed Status with forward-only transitions decided here
+// (Status.Predecessors); payments and fulfillment move an order only through
+// this package (Service.Advance, Service.Ship), inside their own
+// transactions. No other package touches the orders, order_items or products
+// tables: their queries are in internal/orders/internal/dbsqlc.
 package orders
 
 import (
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/retention"
 )
 
-// Order statuses. An order only moves forward through them.
+// OpCreate is the operation of POST /v1/orders.
+const OpCreate idempotency.Operation = "orders.create"
+
+// Specs declares the package's operations for the service's registry.
+// orders.create keeps its records 7 days, well past any client's retry
+// loop; after that, the order's own unique (tenant, idempotency key) still
+// returns the original order.
+func Specs() []operation.Spec {
+	return []operation.Spec{
+		{Name: OpCreate, Retention: 7 * retention.Day, Covers: []retention.Horizon{retention.HorizonClientRetry}},
+	}
+}
+
+// ErrNotFound is returned for an order the tenant does not have (another
+// tenant's order is not found either).
+var ErrNotFound = errors.New("no such order")
+
+// Status is where an order is in its lifecycle. It only moves forward:
+//
+//	awaiting_payment -> paid -> fulfilled -> partially_refunded -> refunded
+//
+// A step may be skipped (a refund before shipping moves a paid order to
+// partially_refunded or refunded, and it is never shipped then), never
+// taken back.
+type Status string
+
+// The statuses, in lifecycle order.
 const (
-	StatusAwaitingPayment   = "awaiting_payment"
-	StatusPaid              = "paid"
-	StatusFulfilled         = "fulfilled"
-	StatusPartiallyRefunded = "partially_refunded"
-	StatusRefunded          = "refunded"
+	StatusAwaitingPayment   Status = "awaiting_payment"
+	StatusPaid              Status = "paid"
+	StatusFulfilled         Status = "fulfilled"
+	StatusPartiallyRefunded Status = "partially_refunded"
+	StatusRefunded          Status = "refunded"
 )
+
+// Statuses returns every status in lifecycle order (the orders.status CHECK
+// and the OpenAPI enum list the same; tests keep them equal).
+func Statuses() []Status {
+	return []Status{StatusAwaitingPayment, StatusPaid, StatusFulfilled, StatusPartiallyRefunded, StatusRefunded}
+}
+
+// Valid reports whether s is a status of the lifecycle.
+func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
+
+// Predecessors returns the statuses an order may move to s from: every
+// status before s in the lifecycle. An unknown status has none.
+func (s Status) Predecessors() []Status {
+	i := slices.Index(Statuses(), s)
+	if i < 0 {
+		return nil
+	}
+	return Statuses()[:i]
+}
+
+// CanMoveTo reports whether an order in s may move to next.
+func (s Status) CanMoveTo(next Status) bool { return slices.Contains(next.Predecessors(), s) }
 
 // EventOrderCreated is the outbox event type of a new order.
 const EventOrderCreated = "order.created"
@@ -58,10 +119,13 @@ type Item struct {
 	Amount     int64
 }
 
-// Order is a tenant's order.
+// Order is a tenant's order. Its Items are loaded for the API's answers;
+// the methods other features call inside their transactions (LockForPayment)
+// leave them out.
 type Order struct {
 	ID          uuid.UUID
-	Status      string
+	TenantID    uuid.UUID
+	Status      Status
 	Currency    string
 	AmountTotal int64
 	Items       []Item
@@ -88,7 +152,8 @@ func productFromRow(r dbsqlc.Product) Product {
 func orderFromRows(o dbsqlc.Order, items []dbsqlc.OrderItem) Order {
 	out := Order{
 		ID:          o.ID,
-		Status:      o.Status,
+		TenantID:    o.TenantID,
+		Status:      Status(o.Status),
 		Currency:    o.Currency,
 		AmountTotal: o.AmountTotal,
 		CreatedAt:   o.CreatedAt,

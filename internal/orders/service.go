@@ -1,11 +1,9 @@
 package orders
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -13,98 +11,122 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// Service creates and reads orders.
+// Service creates and reads orders, and moves them through their lifecycle
+// for the other features.
 type Service struct {
-	pool         *pgxpool.Pool
-	idem         *idempotency.Store
-	logger       *slog.Logger
-	now          func() time.Time
-	writeTimeout time.Duration
-	events       *outbox.Signal
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	create *operation.Local[CreateInput]
 }
 
-// NewService returns a Service. writeTimeout bounds a create once it has
-// started: a started create runs to its end even if the client goes away
-// (its context is detached from the request), so a lost response never
-// leaves half a decision behind and the retry is answered by a replay.
-// events is told after every commit that appended an order.created event
-// (nil: nobody is told; the dispatcher finds it at its next poll).
-func NewService(pool *pgxpool.Pool, idem *idempotency.Store, events *outbox.Signal, logger *slog.Logger, now func() time.Time, writeTimeout time.Duration) *Service {
-	return &Service{pool: pool, idem: idem, events: events, logger: logger, now: now, writeTimeout: writeTimeout}
+// NewService returns a Service whose idempotent operations run on ops.
+func NewService(pool *pgxpool.Pool, ops *operation.Runner, now func() time.Time) *Service {
+	s := &Service{pool: pool, now: now}
+	s.create = operation.NewLocal(ops, OpCreate, s.createOrder)
+	return s
 }
+
+func (s *Service) nowUTC() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // Create executes orders.create for req at most once. The returned response
 // is either this execution's (201) or a stored one (Replayed). A late retry
 // whose record expired gets the original order as it is now, with the status
 // of the original outcome (201; see docs/CONTRACT.md).
 func (s *Service) Create(ctx context.Context, req idempotency.Request, in CreateInput) (idempotency.Response, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
-	defer cancel()
-
-	// Fast path: a finished record is immutable, so a replay needs no lock
-	// and no write transaction.
-	if resp, err := s.idem.Lookup(ctx, s.pool, req); err != nil || resp != nil {
-		if resp != nil {
-			return *resp, nil
-		}
-		return idempotency.Response{}, err
-	}
-
-	var resp idempotency.Response
-	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		claim, err := s.idem.Begin(ctx, tx, req)
-		if err != nil {
-			return err
-		}
-		if claim.Replay != nil {
-			resp = *claim.Replay
-			return nil
-		}
-		order, err := s.create(ctx, tx, req, in)
-		if err != nil {
-			return err
-		}
-		body, err := encodeJSON(orderJSONFrom(order))
-		if err != nil {
-			return err
-		}
-		resp, err = claim.Finish(ctx, tx, idempotency.Response{
-			Status:      http.StatusCreated,
-			ContentType: "application/json",
-			Location:    "/v1/orders/" + order.ID.String(),
-			Body:        body,
-		}, &idempotency.Resource{Type: "order", ID: order.ID})
-		return err
-	})
-	if err != nil {
-		return idempotency.Response{}, err
-	}
-	if !resp.Replayed {
-		s.events.Committed()
-	}
-	return resp, nil
+	return s.create.Run(ctx, req, in)
 }
 
-// create inserts the order, its items and its outbox event. When the tenant
-// already has an order for this key (a late retry whose idempotency record
-// has expired) it returns that order instead, provided the request is the
-// same one.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request, in CreateInput) (Order, error) {
+// createOrder is the mutation of orders.create: price the lines from the
+// catalog, insert the order and its items, append order.created, and answer
+// 201 with the order. When the tenant already has an order for this key (a
+// late retry whose idempotency record has expired) it answers that order
+// instead, provided the request is the same one.
+func (s *Service) createOrder(ctx context.Context, tx pgx.Tx, a *operation.Attempt[CreateInput]) (operation.Outcome, error) {
+	req, in := a.Claim.Request(), a.Data
 	q := dbsqlc.New(tx)
+	lines, total, err := price(ctx, q, req.TenantID, in)
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return operation.Outcome{}, fmt.Errorf("order id: %w", err)
+	}
+	now := s.nowUTC()
+	row, err := q.OrderInsert(ctx, dbsqlc.OrderInsertParams{
+		ID:             id,
+		TenantID:       req.TenantID,
+		IdempotencyKey: string(req.Key),
+		RequestHash:    req.Fingerprint[:],
+		Currency:       in.Currency,
+		AmountTotal:    total,
+		CreatedAt:      now,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		order, err := s.lateRetry(ctx, q, a)
+		if err != nil {
+			return operation.Outcome{}, err
+		}
+		return finishCreated(ctx, tx, a, order)
+	}
+	if err != nil {
+		return operation.Outcome{}, fmt.Errorf("insert order: %w", err)
+	}
+	lines.OrderID = row.ID
+	if err := q.OrderItemsInsert(ctx, lines); err != nil {
+		return operation.Outcome{}, fmt.Errorf("insert order items: %w", err)
+	}
+	items := make([]dbsqlc.OrderItem, len(lines.Lines))
+	for i := range lines.Lines {
+		items[i] = dbsqlc.OrderItem{OrderID: row.ID, Line: lines.Lines[i], Sku: lines.Skus[i], Name: lines.Names[i],
+			Quantity: lines.Quantities[i], UnitAmount: lines.UnitAmounts[i], Amount: lines.Amounts[i]}
+	}
+	order := orderFromRows(row, items)
+	if _, err := outbox.Append(ctx, tx, outbox.Event{
+		TenantID:       req.TenantID,
+		Type:           EventOrderCreated,
+		AggregateType:  "order",
+		AggregateID:    order.ID,
+		IdempotencyKey: string(req.Key),
+		OccurredAt:     now,
+		Payload:        orderJSONFrom(order),
+	}); err != nil {
+		return operation.Outcome{}, err
+	}
+	return finishCreated(ctx, tx, a, order)
+}
+
+func finishCreated(ctx context.Context, tx pgx.Tx, a *operation.Attempt[CreateInput], order Order) (operation.Outcome, error) {
+	body, err := encodeJSON(orderJSONFrom(order))
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	return a.Finish(ctx, tx, idempotency.Response{
+		Status:      http.StatusCreated,
+		ContentType: "application/json",
+		Location:    "/v1/orders/" + order.ID.String(),
+		Body:        body,
+	}, &idempotency.Resource{Type: "order", ID: order.ID})
+}
+
+// price prices the requested lines from the tenant's catalog: the client
+// names products and quantities, never prices. An unknown SKU and a product
+// sold in another currency are validation errors of their line.
+func price(ctx context.Context, q *dbsqlc.Queries, tenantID uuid.UUID, in CreateInput) (dbsqlc.OrderItemsInsertParams, int64, error) {
 	skus := make([]string, len(in.Items))
 	for i, it := range in.Items {
 		skus[i] = it.SKU
 	}
-	rows, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: req.TenantID, Skus: skus})
+	rows, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: tenantID, Skus: skus})
 	if err != nil {
-		return Order{}, fmt.Errorf("load products: %w", err)
+		return dbsqlc.OrderItemsInsertParams{}, 0, fmt.Errorf("load products: %w", err)
 	}
 	catalog := make(map[string]dbsqlc.Product, len(rows))
 	for _, r := range rows {
@@ -133,89 +155,82 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, req idempotency.Request
 		p.Amounts = append(p.Amounts, amount)
 	}
 	if len(fields) > 0 {
-		return Order{}, problem.Validation(fields...)
+		return dbsqlc.OrderItemsInsertParams{}, 0, problem.Validation(fields...)
 	}
-
-	id, err := uuid.NewV7()
-	if err != nil {
-		return Order{}, fmt.Errorf("order id: %w", err)
-	}
-	now := s.now().UTC().Truncate(time.Microsecond)
-	row, err := q.OrderInsert(ctx, dbsqlc.OrderInsertParams{
-		ID:             id,
-		TenantID:       req.TenantID,
-		IdempotencyKey: string(req.Key),
-		RequestHash:    req.Fingerprint[:],
-		Currency:       in.Currency,
-		AmountTotal:    total,
-		CreatedAt:      now,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s.lateRetry(ctx, q, req)
-	}
-	if err != nil {
-		return Order{}, fmt.Errorf("insert order: %w", err)
-	}
-	p.OrderID = row.ID
-	if err := q.OrderItemsInsert(ctx, p); err != nil {
-		return Order{}, fmt.Errorf("insert order items: %w", err)
-	}
-	items := make([]dbsqlc.OrderItem, len(p.Lines))
-	for i := range p.Lines {
-		items[i] = dbsqlc.OrderItem{OrderID: row.ID, Line: p.Lines[i], Sku: p.Skus[i], Name: p.Names[i],
-			Quantity: p.Quantities[i], UnitAmount: p.UnitAmounts[i], Amount: p.Amounts[i]}
-	}
-	order := orderFromRows(row, items)
-	if _, err := outbox.Append(ctx, tx, outbox.Event{
-		TenantID:       req.TenantID,
-		Type:           EventOrderCreated,
-		AggregateType:  "order",
-		AggregateID:    order.ID,
-		IdempotencyKey: string(req.Key),
-		OccurredAt:     now,
-		Payload:        orderJSONFrom(order),
-	}); err != nil {
-		return Order{}, err
-	}
-	return order, nil
+	return p, total, nil
 }
 
-// lateRetry answers a request whose key already created an order although no
-// idempotency record was found: the record expired and was swept. The
-// business-level uniqueness of (tenant, key) on orders decides; the answer is
-// the original order as it is now, or a key-reuse error for another request.
-func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, req idempotency.Request) (Order, error) {
+// lateRetry loads the order the key already created although no idempotency
+// record was found: the record expired and was swept. The business-level
+// uniqueness of (tenant, key) on orders decides; the answer is the original
+// order as it is now, or a key-reuse error for another request.
+func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, a *operation.Attempt[CreateInput]) (Order, error) {
+	req := a.Claim.Request()
 	row, err := q.OrderGetByIdempotencyKey(ctx, dbsqlc.OrderGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)})
 	if err != nil {
 		return Order{}, fmt.Errorf("load order by idempotency key: %w", err)
 	}
-	if !bytes.Equal(row.RequestHash, req.Fingerprint[:]) {
-		return Order{}, problem.New(problem.IdempotencyKeyReused,
-			"This Idempotency-Key already created order %s with a different request.", row.ID)
+	if err := a.LateRetry("order", row.ID.String(), row.RequestHash); err != nil {
+		return Order{}, err
 	}
 	items, err := q.OrderItemsGet(ctx, row.ID)
 	if err != nil {
 		return Order{}, fmt.Errorf("load order items: %w", err)
 	}
-	s.idem.Observe(req.Operation, idempotency.OutcomeLateRetry)
-	s.logger.InfoContext(ctx, "late retry answered with the original order",
-		"idempotency_key", string(req.Key), "order_id", row.ID, "request_id", req.RequestID)
 	return orderFromRows(row, items), nil
 }
 
-// Get returns one of the tenant's orders; another tenant's order is not
-// found, exactly like one that does not exist.
+// Get returns one of the tenant's orders; another tenant's order is
+// ErrNotFound, exactly like one that does not exist.
 func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (Order, error) {
-	q := dbsqlc.New(s.pool)
+	return getOrder(ctx, dbsqlc.New(s.pool), tenantID, id)
+}
+
+// GetTx is Get inside the caller's transaction.
+func (s *Service) GetTx(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID) (Order, error) {
+	return getOrder(ctx, dbsqlc.New(tx), tenantID, id)
+}
+
+func getOrder(ctx context.Context, q *dbsqlc.Queries, tenantID, id uuid.UUID) (Order, error) {
 	row, err := q.OrderGet(ctx, dbsqlc.OrderGetParams{TenantID: tenantID, ID: id})
 	if err != nil {
-		return Order{}, postgres.NotFound(err)
+		return Order{}, notFound(err, "load order")
 	}
 	items, err := q.OrderItemsGet(ctx, row.ID)
 	if err != nil {
 		return Order{}, fmt.Errorf("load order items: %w", err)
 	}
 	return orderFromRows(row, items), nil
+}
+
+// LockForPayment locks one of the tenant's orders, in tx, for a payment to
+// decide on it: concurrent payments of the order (under other keys) queue on
+// the lock. The order comes without its items.
+func (s *Service) LockForPayment(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID) (Order, error) {
+	row, err := dbsqlc.New(tx).OrderGetForUpdate(ctx, dbsqlc.OrderGetForUpdateParams{TenantID: tenantID, ID: id})
+	if err != nil {
+		return Order{}, notFound(err, "lock order")
+	}
+	return orderFromRows(row, nil), nil
+}
+
+// Advance moves order id to status to, in tx, if the lifecycle allows it
+// from where the order is (Status.Predecessors). It reports whether the
+// order moved; an order already at to, or past it, stays as it is.
+func (s *Service) Advance(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status) (bool, error) {
+	from := to.Predecessors()
+	if len(from) == 0 {
+		return false, fmt.Errorf("advance order %s: nothing moves to %q", id, to)
+	}
+	names := make([]string, len(from))
+	for i, st := range from {
+		names[i] = string(st)
+	}
+	n, err := dbsqlc.New(tx).OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), ID: id, FromStatuses: names})
+	if err != nil {
+		return false, fmt.Errorf("advance order %s to %s: %w", id, to, err)
+	}
+	return n == 1, nil
 }
 
 // Cursor is a position in the newest-first list of orders.
@@ -272,4 +287,13 @@ func (s *Service) Products(ctx context.Context, tenantID uuid.UUID) ([]Product, 
 		out[i] = productFromRow(r)
 	}
 	return out, nil
+}
+
+// notFound is the one place where this package's queries' pgx.ErrNoRows
+// becomes ErrNotFound.
+func notFound(err error, what string) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 )
 
 // ErrUnknownReference is returned for a provider event that names no
@@ -30,7 +28,7 @@ var ErrMismatch = errors.New("provider event disagrees with our records")
 // about other money than pay. Every path that records a charge asks it
 // (phase 2, the recoverer, the webhook worker): a charge for another amount
 // or currency never finishes a payment, whoever reports it.
-func chargeMismatch(pay dbsqlc.Payment, c Charge) error {
+func chargeMismatch(pay Payment, c Charge) error {
 	if c.Amount != pay.Amount || c.Currency != pay.Currency {
 		return fmt.Errorf("charge %s is %d %s, payment %s is %d %s: %w",
 			c.ID, c.Amount, c.Currency, pay.ID, pay.Amount, pay.Currency, ErrMismatch)
@@ -40,7 +38,7 @@ func chargeMismatch(pay dbsqlc.Payment, c Charge) error {
 
 // refundMismatch is chargeMismatch for refunds: r must be for ref's amount
 // and refund the charge of pay, ref's payment.
-func refundMismatch(pay dbsqlc.Payment, ref dbsqlc.Refund, r ProviderRefund) error {
+func refundMismatch(pay Payment, ref Refund, r ProviderRefund) error {
 	if r.Amount != ref.Amount {
 		return fmt.Errorf("provider refund %s is %d, refund %s is %d: %w", r.ID, r.Amount, ref.ID, ref.Amount, ErrMismatch)
 	}
@@ -65,20 +63,20 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	if err != nil {
 		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
-	pay, err := dbsqlc.New(tx).PaymentGetByID(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	pay, err := loadPayment(ctx, tx, id)
+	if errors.Is(err, ErrNotFound) {
 		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
 	if err != nil {
-		return false, fmt.Errorf("load payment: %w", err)
+		return false, err
 	}
 	if err := chargeMismatch(pay, c); err != nil {
 		return false, err
 	}
-	if pay.Status == StatusFailed && c.Status == StatusSucceeded {
+	if pay.Status == StatusFailed && c.Status == chargeSucceeded {
 		return false, fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
 	}
-	if pay.Status == StatusSucceeded && c.Status == StatusSucceeded && pay.ProviderChargeID != nil && *pay.ProviderChargeID != c.ID {
+	if pay.Status == StatusSucceeded && c.Status == chargeSucceeded && pay.ProviderChargeID != nil && *pay.ProviderChargeID != c.ID {
 		// Our reference charged twice at the provider: money to give back.
 		return false, fmt.Errorf("charge %s succeeded, payment %s succeeded with charge %s: %w", c.ID, pay.ID, *pay.ProviderChargeID, ErrMismatch)
 	}
@@ -103,27 +101,27 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if err != nil {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
-	ref, err := dbsqlc.New(tx).RefundGetByID(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	ref, err := loadRefund(ctx, tx, id)
+	if errors.Is(err, ErrNotFound) {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
 	if err != nil {
-		return false, fmt.Errorf("load refund: %w", err)
+		return false, err
 	}
-	pay, err := dbsqlc.New(tx).PaymentGetByID(ctx, ref.PaymentID)
+	pay, err := loadPayment(ctx, tx, ref.PaymentID)
 	if err != nil {
-		return false, fmt.Errorf("load payment of refund %s: %w", ref.ID, err)
+		return false, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}
 	if err := refundMismatch(pay, ref, r); err != nil {
 		return false, err
 	}
-	if ref.Status == StatusFailed && r.Status == StatusSucceeded {
+	if ref.Status == StatusFailed && r.Status == refundSucceeded {
 		return false, fmt.Errorf("provider refund %s succeeded, refund %s is failed: %w", r.ID, ref.ID, ErrMismatch)
 	}
 	if ref.Status != StatusPending {
 		return false, nil
 	}
-	if r.Status == StatusSucceeded {
+	if r.Status == refundSucceeded {
 		if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {
 			return false, err
 		}
@@ -143,7 +141,7 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 // that moved no money and never will (failed or canceled), or "" for one
 // that succeeded or is not settled yet.
 func refundFailed(r ProviderRefund) string {
-	if r.Status == StatusFailed || r.Status == RefundCanceled {
+	if r.Status == refundFailedStatus || r.Status == RefundCanceled {
 		return "refund_" + r.Status
 	}
 	return ""

@@ -3,15 +3,13 @@ package payments
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
@@ -38,46 +36,13 @@ type refundRequestJSON struct {
 	Amount *float64 `json:"amount"`
 }
 
-// request reads what every POST here needs, in the order every POST under
-// /v1 checks it: the key first (a POST without one is refused whatever its
-// path), then the path's id (not a UUID: no such resource), then the body
-// and the fingerprint over the operation, the id and the body.
-func request(c echo.Context, op idempotency.Operation, notFound string, v any) (idempotency.Request, uuid.UUID, error) {
-	key, err := idempotency.ParseKey(c.Request().Header)
-	if err != nil {
-		return idempotency.Request{}, uuid.Nil, err
-	}
-	id, err := uuid.Parse(c.Param("id"))
-	if err != nil {
-		return idempotency.Request{}, uuid.Nil, problem.New(problem.NotFound, "%s", notFound)
-	}
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return idempotency.Request{}, uuid.Nil, err
-	}
-	if err := wire.Decode(body, v); err != nil {
-		return idempotency.Request{}, uuid.Nil, err
-	}
-	fp, err := idempotency.NewFingerprint(op, []string{id.String()}, body)
-	if err != nil {
-		return idempotency.Request{}, uuid.Nil, &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be canonicalized.", Err: err}
-	}
-	return idempotency.Request{
-		TenantID:    tenants.FromContext(c).ID,
-		Operation:   op,
-		Key:         key,
-		Fingerprint: fp,
-		RequestID:   c.Response().Header().Get(echo.HeaderXRequestID),
-	}, id, nil
-}
-
 // MaxPaymentMethodLen bounds payment_method, in characters.
 const MaxPaymentMethodLen = 64
 
 // Pay handles POST /v1/orders/{id}/payments.
 func (h *Handler) Pay(c echo.Context) error {
 	var in payRequestJSON
-	req, orderID, err := request(c, idempotency.OpPaymentsCreate, "No such order.", &in)
+	req, orderID, err := operation.ParseRequest(c, OpPay, operation.Target{Param: "id", NotFound: "No such order."}, &in)
 	if err != nil {
 		return err
 	}
@@ -97,7 +62,7 @@ func (h *Handler) Pay(c echo.Context) error {
 // Refund handles POST /v1/payments/{id}/refunds.
 func (h *Handler) Refund(c echo.Context) error {
 	var in refundRequestJSON
-	req, paymentID, err := request(c, idempotency.OpRefundsCreate, "No such payment.", &in)
+	req, paymentID, err := operation.ParseRequest(c, OpRefund, operation.Target{Param: "id", NotFound: "No such payment."}, &in)
 	if err != nil {
 		return err
 	}
@@ -118,7 +83,7 @@ func (h *Handler) Get(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such payment.")
 	}
 	p, err := h.svc.Get(c.Request().Context(), tenants.FromContext(c).ID, id)
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return problem.New(problem.NotFound, "No such payment.")
 	}
 	if err != nil {
@@ -134,7 +99,7 @@ func (h *Handler) GetRefund(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such refund.")
 	}
 	r, err := h.svc.GetRefund(c.Request().Context(), tenants.FromContext(c).ID, id)
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return problem.New(problem.NotFound, "No such refund.")
 	}
 	if err != nil {

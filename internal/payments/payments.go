@@ -1,39 +1,96 @@
 // Package payments charges orders and refunds payments at an external
 // provider: the side effect that must never happen twice.
 //
-// Both operations run in atomic phases with recovery points (the design
-// Stripe describes for its own API). Phase 1 claims the idempotency key and
-// records the attempt (a pending payment or refund) in one transaction. Then,
-// with no transaction open, the provider is called with a key derived from the
-// claim, the same for every retry and every recovery (rule 7), and with our
-// reference in its metadata. Phase 2 records the outcome, the outbox event and
-// the stored response in one transaction. A crash between the phases leaves a
-// pending claim with a lease; the client's retry after the lease, or the
-// recoverer, resumes it. Because the provider forgets keys after its own
-// retention (24 hours) while ours lasts 45 days, a resumed attempt first asks
-// the provider for the charge our reference made.
+// Both operations are operation.Phases: atomic phases with recovery points
+// (the design Stripe describes for its own API), each a row of a step table
+// (pay.go, refunds.go):
+//
+//	payments.create                     refunds.create
+//	started:          lock the order,   started:        lock the payment,
+//	                  record a pending                  reserve the amount,
+//	                  payment                           record a pending refund
+//	payment_created:  charge at the     refund_created: refund at the
+//	                  provider, then                    provider, then record
+//	                  record the                        its outcome
+//	                  outcome
+//
+// The provider is called with no transaction open, with a key derived from
+// the claim that is the same for every retry and every recovery (rule 7),
+// and with our reference in its metadata. Recording the outcome writes the
+// payment's or refund's final status, the order's new status, the outbox
+// event and the stored response in one transaction. A crash between the
+// phases leaves a pending claim at its recovery point with a lease; the
+// client's retry after the lease, or the Recoverer, resumes it from there.
+// Because the provider forgets keys after its own retention (24 hours) while
+// ours lasts 45 days, an attempt this run did not record first asks the
+// provider for what our reference already did.
 //
 // The database holds the invariants: one pending-or-succeeded payment per
 // order, refunds that never exceed their payment (payments.refund_reserved).
+// No other package touches the payments and refunds tables: their queries
+// are in internal/payments/internal/dbsqlc.
 package payments
 
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/retention"
 )
+
+// The operations of the package.
+const (
+	// OpPay is POST /v1/orders/{id}/payments.
+	OpPay idempotency.Operation = "payments.create"
+	// OpRefund is POST /v1/payments/{id}/refunds.
+	OpRefund idempotency.Operation = "refunds.create"
+)
+
+// MoneyRetention is how long records of money operations are kept: past
+// settlement and disputes, which refer back to a payment for 45 days.
+const MoneyRetention = 45 * retention.Day
+
+// Specs declares the package's operations for the service's registry. Both
+// call the provider, so the Recoverer resumes their abandoned attempts.
+func Specs() []operation.Spec {
+	money := []retention.Horizon{retention.HorizonClientRetry, retention.HorizonSettlement}
+	return []operation.Spec{
+		{Name: OpPay, Retention: MoneyRetention, Covers: money, Resumable: true},
+		{Name: OpRefund, Retention: MoneyRetention, Covers: money, Resumable: true},
+	}
+}
+
+// The recovery points between the phases.
+const (
+	// PointPaymentCreated: a pending payment is recorded; next, the charge.
+	PointPaymentCreated idempotency.RecoveryPoint = "payment_created"
+	// PointRefundCreated: a pending refund is recorded and its amount
+	// reserved on the payment; next, the provider's refund.
+	PointRefundCreated idempotency.RecoveryPoint = "refund_created"
+)
+
+// Status is the status of a payment or a refund. Pending becomes succeeded
+// or failed once, and never changes again.
+type Status string
 
 // Statuses of payments and refunds.
 const (
-	StatusPending   = "pending"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
+	StatusPending   Status = "pending"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
 )
+
+// Statuses returns every status (the CHECKs of payments.status and
+// refunds.status, and the OpenAPI enums, list the same; tests keep them
+// equal).
+func Statuses() []Status { return []Status{StatusPending, StatusSucceeded, StatusFailed} }
 
 // RefundCanceled is a provider refund's status when it was cancelled before
 // it moved money. Ours never has it: such a refund is failed here.
@@ -46,11 +103,8 @@ const (
 	EventRefundSucceeded  = "refund.succeeded"
 )
 
-// Recovery points of the phases.
-const (
-	pointPaymentCreated = "payment_created"
-	pointRefundCreated  = "refund_created"
-)
+// ErrNotFound is returned for a payment or refund the tenant does not have.
+var ErrNotFound = errors.New("no such payment or refund")
 
 // ProviderKey derives the idempotency key sent to the provider from our own
 // scope. It is stable across retries and recoveries of one intent and unique
@@ -65,10 +119,64 @@ func ProviderKey(tenantID uuid.UUID, op idempotency.Operation, key idempotency.K
 	return "oncepay_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
+// Payment is one attempt to charge an order.
+type Payment struct {
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	OrderID          uuid.UUID
+	IdempotencyKey   string
+	RequestHash      []byte
+	ProviderKey      string
+	Status           Status
+	Amount           int64
+	Currency         string
+	PaymentMethod    string
+	ProviderChargeID *string
+	FailureCode      *string
+	// RefundReserved is what succeeded and pending refunds hold of Amount.
+	RefundReserved int64
+	// AmountRefunded is what succeeded refunds gave back.
+	AmountRefunded int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Refund is one refund of a payment.
+type Refund struct {
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	PaymentID        uuid.UUID
+	IdempotencyKey   string
+	RequestHash      []byte
+	ProviderKey      string
+	Status           Status
+	Amount           int64
+	ProviderRefundID *string
+	FailureCode      *string
+	CreatedAt        time.Time
+}
+
+func paymentFromRow(r dbsqlc.Payment) Payment {
+	return Payment{
+		ID: r.ID, TenantID: r.TenantID, OrderID: r.OrderID, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
+		ProviderKey: r.ProviderKey, Status: Status(r.Status), Amount: r.Amount, Currency: r.Currency,
+		PaymentMethod: r.PaymentMethod, ProviderChargeID: r.ProviderChargeID, FailureCode: r.FailureCode,
+		RefundReserved: r.RefundReserved, AmountRefunded: r.AmountRefunded, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+func refundFromRow(r dbsqlc.Refund) Refund {
+	return Refund{
+		ID: r.ID, TenantID: r.TenantID, PaymentID: r.PaymentID, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
+		ProviderKey: r.ProviderKey, Status: Status(r.Status), Amount: r.Amount, ProviderRefundID: r.ProviderRefundID,
+		FailureCode: r.FailureCode, CreatedAt: r.CreatedAt,
+	}
+}
+
 type paymentJSON struct {
 	ID               uuid.UUID `json:"id"`
 	OrderID          uuid.UUID `json:"order_id"`
-	Status           string    `json:"status"`
+	Status           Status    `json:"status"`
 	Amount           int64     `json:"amount"`
 	Currency         string    `json:"currency"`
 	PaymentMethod    string    `json:"payment_method"`
@@ -78,7 +186,7 @@ type paymentJSON struct {
 	CreatedAt        time.Time `json:"created_at"`
 }
 
-func paymentJSONFrom(p dbsqlc.Payment) paymentJSON {
+func paymentJSONFrom(p Payment) paymentJSON {
 	return paymentJSON{
 		ID: p.ID, OrderID: p.OrderID, Status: p.Status, Amount: p.Amount, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, ProviderChargeID: p.ProviderChargeID, FailureCode: p.FailureCode,
@@ -89,13 +197,13 @@ func paymentJSONFrom(p dbsqlc.Payment) paymentJSON {
 type refundJSON struct {
 	ID               uuid.UUID `json:"id"`
 	PaymentID        uuid.UUID `json:"payment_id"`
-	Status           string    `json:"status"`
+	Status           Status    `json:"status"`
 	Amount           int64     `json:"amount"`
 	ProviderRefundID *string   `json:"provider_refund_id"`
 	CreatedAt        time.Time `json:"created_at"`
 }
 
-func refundJSONFrom(r dbsqlc.Refund) refundJSON {
+func refundJSONFrom(r Refund) refundJSON {
 	return refundJSON{ID: r.ID, PaymentID: r.PaymentID, Status: r.Status, Amount: r.Amount,
 		ProviderRefundID: r.ProviderRefundID, CreatedAt: r.CreatedAt.UTC()}
 }

@@ -13,6 +13,14 @@ import (
 	"time"
 )
 
+// The provider's statuses of charges and refunds, as it writes them.
+const (
+	chargeSucceeded    = "succeeded"
+	chargeFailed       = "failed"
+	refundSucceeded    = "succeeded"
+	refundFailedStatus = "failed"
+)
+
 // ErrOutcomeUnknown means the provider may or may not have acted: a timeout,
 // a dropped connection, a 5xx, or a request of ours still in flight there.
 // The attempt stays pending; repeating it with the same provider key is safe.
@@ -117,7 +125,7 @@ func (p *Provider) CreateCharge(ctx context.Context, key string, amount int64, c
 	switch {
 	case err != nil:
 		p.observe("charge", result(err, false))
-	case c.Status == "succeeded":
+	case c.Status == chargeSucceeded:
 		p.observe("charge", "succeeded")
 	default:
 		p.observe("charge", "declined")
@@ -137,7 +145,7 @@ func (p *Provider) createCharge(ctx context.Context, key string, amount int64, c
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return Charge{}, fmt.Errorf("%w: decode charge: %v", ErrOutcomeUnknown, err)
 		}
-		if c.Status != StatusSucceeded && c.Status != StatusFailed {
+		if c.Status != chargeSucceeded && c.Status != chargeFailed {
 			return Charge{}, fmt.Errorf("%w: charge %q has status %q", ErrOutcomeUnknown, c.ID, c.Status)
 		}
 		return c, nil
@@ -147,7 +155,7 @@ func (p *Provider) createCharge(ctx context.Context, key string, amount int64, c
 			return Charge{}, fmt.Errorf("%w: decode decline: %s", ErrOutcomeUnknown, raw)
 		}
 		code := pe.Error.Code
-		return Charge{ID: pe.Error.Charge, Amount: amount, Currency: currency, Status: "failed", FailureCode: &code, Metadata: metadata}, nil
+		return Charge{ID: pe.Error.Charge, Amount: amount, Currency: currency, Status: chargeFailed, FailureCode: &code, Metadata: metadata}, nil
 	}
 	return Charge{}, classify(status, raw)
 }
@@ -169,7 +177,7 @@ func (p *Provider) findCharge(ctx context.Context, reference string) (*Charge, e
 		return nil, err
 	}
 	for i := range out.Data {
-		if out.Data[i].Status == "succeeded" {
+		if out.Data[i].Status == chargeSucceeded {
 			return &out.Data[i], nil
 		}
 	}

@@ -59,7 +59,7 @@ func TestProviderRefusesOnlyWrongRequests(t *testing.T) {
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
 
 	charge, err := right.CreateCharge(ctx, "k-charge", 1000, "EUR", "pm_card_ok", meta)
-	if err != nil || charge.Status != payments.StatusSucceeded {
+	if err != nil || charge.Status != string(payments.StatusSucceeded) {
 		t.Fatalf("CreateCharge = %+v, %v; want a succeeded charge", charge, err)
 	}
 

@@ -9,234 +9,267 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/payments/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/wire"
 )
+
+// refundAttempt is the state of one run of refunds.create.
+type refundAttempt struct {
+	// The request's input; a run resumed by the Recoverer has none.
+	paymentID uuid.UUID
+	amount    int64
+
+	// ref is the attempt: recorded by this run's first step (recorded), or
+	// loaded from the claim's resource when the run resumes.
+	ref      Refund
+	loaded   bool
+	recorded bool
+	// The provider's answer, for the step that records it: the refund it
+	// made (succeeded), or the code of its refusal or failure. Both nil when
+	// the refund was finished meanwhile (by its webhook).
+	answer   *ProviderRefund
+	failCode *string
+}
+
+// refundSteps is refunds.create as a step table.
+func (s *Service) refundSteps() operation.Steps[refundAttempt] {
+	return operation.Steps[refundAttempt]{
+		idempotency.PointStarted: {Tx: s.reserveRefund},
+		PointRefundCreated:       {Call: s.refundAtProvider, Tx: s.recordRefund},
+	}
+}
 
 // Refund executes refunds.create: a compensation, idempotent like the charge
 // it compensates. Phase 1 reserves the amount on the payment in the same
 // statement that checks it (refund_reserved + amount <= amount), so
 // concurrent refunds can never exceed the payment together.
 func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID uuid.UUID, amount int64) (idempotency.Response, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
-	defer cancel()
-	claim, ref, final, err := phase1(ctx, s, req,
-		func(q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Refund, error) { return q.RefundGetByID(ctx, id) },
-		func(tx pgx.Tx, claim *idempotency.Claim) (dbsqlc.Refund, *idempotency.Response, error) {
-			return s.createRefund(ctx, tx, claim, paymentID, amount)
-		})
-	if err != nil || final != nil {
-		return deref(final), err
-	}
-	return s.afterPhase1(ctx, claim, func() (idempotency.Response, error) { return s.completeRefund(ctx, claim, ref) })
+	return s.refund.Run(ctx, req, refundAttempt{paymentID: paymentID, amount: amount})
 }
 
-func (s *Service) createRefund(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, paymentID uuid.UUID, amount int64) (dbsqlc.Refund, *idempotency.Response, error) {
-	req := claim.Request()
+// reserveRefund is phase 1, in the claim's transaction: it reserves the
+// amount on the payment and records a pending refund, or a final refusal
+// (the payment is not refundable, or the amount exceeds what remains).
+func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt]) (operation.Outcome, error) {
+	req := a.Claim.Request()
 	q := dbsqlc.New(tx)
 	// A refund under this key while no record exists: a late retry (drill 8).
 	if prev, err := q.RefundGetByIdempotencyKey(ctx, dbsqlc.RefundGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
-		return prev, nil, s.lateRetry(ctx, tx, claim, "refund", prev.ID, prev.RequestHash, pointRefundCreated)
+		if err := a.LateRetry("refund", prev.ID.String(), prev.RequestHash); err != nil {
+			return operation.Outcome{}, err
+		}
+		a.Data.ref, a.Data.loaded = refundFromRow(prev), true
+		return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: prev.ID})
 	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return dbsqlc.Refund{}, nil, fmt.Errorf("load refund by key: %w", err)
+		return operation.Outcome{}, fmt.Errorf("load refund by key: %w", err)
 	}
-	pay, err := q.PaymentGetForUpdate(ctx, dbsqlc.PaymentGetForUpdateParams{TenantID: req.TenantID, ID: paymentID})
+	pay, err := q.PaymentGetForUpdate(ctx, dbsqlc.PaymentGetForUpdateParams{TenantID: req.TenantID, ID: a.Data.paymentID})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return dbsqlc.Refund{}, nil, problem.New(problem.NotFound, "No such payment.")
+		return operation.Outcome{}, problem.New(problem.NotFound, "No such payment.")
 	}
 	if err != nil {
-		return dbsqlc.Refund{}, nil, fmt.Errorf("lock payment: %w", err)
+		return operation.Outcome{}, fmt.Errorf("lock payment: %w", err)
 	}
-	if pay.Status != StatusSucceeded {
-		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.PaymentNotRefundable,
+	if Status(pay.Status) != StatusSucceeded {
+		return a.Refuse(ctx, tx, problem.New(problem.PaymentNotRefundable,
 			"Payment %s is %s; only succeeded payments can be refunded.", pay.ID, pay.Status), nil)
-		return dbsqlc.Refund{}, resp, err
 	}
-	if _, err := q.PaymentReserveRefund(ctx, dbsqlc.PaymentReserveRefundParams{Amount: amount, Now: s.nowUTC(), ID: pay.ID}); errors.Is(err, pgx.ErrNoRows) {
-		resp, err := s.finishProblem(ctx, tx, claim, problem.New(problem.RefundExceedsPayment,
+	if _, err := q.PaymentReserveRefund(ctx, dbsqlc.PaymentReserveRefundParams{Amount: a.Data.amount, Now: s.nowUTC(), ID: pay.ID}); errors.Is(err, pgx.ErrNoRows) {
+		return a.Refuse(ctx, tx, problem.New(problem.RefundExceedsPayment,
 			"A refund of %d would exceed what remains of payment %s (%d of %d already refunded or in progress).",
-			amount, pay.ID, pay.RefundReserved, pay.Amount), nil)
-		return dbsqlc.Refund{}, resp, err
+			a.Data.amount, pay.ID, pay.RefundReserved, pay.Amount), nil)
 	} else if err != nil {
-		return dbsqlc.Refund{}, nil, fmt.Errorf("reserve refund: %w", err)
+		return operation.Outcome{}, fmt.Errorf("reserve refund: %w", err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return dbsqlc.Refund{}, nil, err
+		return operation.Outcome{}, err
 	}
-	ref, err := q.RefundInsert(ctx, dbsqlc.RefundInsertParams{
+	row, err := q.RefundInsert(ctx, dbsqlc.RefundInsertParams{
 		ID:             id,
 		TenantID:       req.TenantID,
 		PaymentID:      pay.ID,
 		IdempotencyKey: string(req.Key),
 		RequestHash:    req.Fingerprint[:],
 		ProviderKey:    ProviderKey(req.TenantID, req.Operation, req.Key),
-		Amount:         amount,
+		Amount:         a.Data.amount,
 		CreatedAt:      s.nowUTC(),
 	})
 	if err != nil {
-		return dbsqlc.Refund{}, nil, fmt.Errorf("insert refund: %w", err)
+		return operation.Outcome{}, fmt.Errorf("insert refund: %w", err)
 	}
-	return ref, nil, claim.Checkpoint(ctx, tx, pointRefundCreated, &idempotency.Resource{Type: "refund", ID: ref.ID})
+	a.Data.ref, a.Data.loaded, a.Data.recorded = refundFromRow(row), true, true
+	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: row.ID})
 }
 
-func (s *Service) completeRefund(ctx context.Context, claim *idempotency.Claim, ref dbsqlc.Refund) (idempotency.Response, error) {
-	var (
-		provRefund *ProviderRefund
-		failCode   *string // the provider refused or failed the refund
-	)
-	if ref.Status == StatusPending {
-		pr, err := s.refundAtProvider(ctx, claim, ref)
+// refundAtProvider is the call between the phases: it asks the provider for
+// the refund, unless the refund was finished meanwhile. An attempt this run
+// did not record looks its refund up by our reference first.
+func (s *Service) refundAtProvider(ctx context.Context, a *operation.Attempt[refundAttempt]) error {
+	if err := s.loadRefundAttempt(ctx, a); err != nil {
+		return err
+	}
+	ref := a.Data.ref
+	if ref.Status != StatusPending {
+		return nil
+	}
+	pay, err := loadPayment(ctx, s.pool, ref.PaymentID)
+	if err != nil {
+		return err
+	}
+	var pr *ProviderRefund
+	if !a.Data.recorded {
+		if pr, err = s.provider.FindRefund(ctx, pay.ID.String(), ref.ID.String()); err != nil {
+			return s.unknownOutcome(ctx, a.Claim.Request(), err)
+		}
+	}
+	if pr == nil {
+		created, err := s.provider.CreateRefund(ctx, ref.ProviderKey, deref(pay.ProviderChargeID), ref.Amount, map[string]string{
+			"reference":       ref.ID.String(),
+			"payment_id":      pay.ID.String(),
+			"tenant_id":       ref.TenantID.String(),
+			"idempotency_key": ref.IdempotencyKey,
+		})
 		var rejected *RejectedError
 		switch {
 		case errors.As(err, &rejected):
-			failCode = &rejected.Code
+			a.Data.failCode = &rejected.Code
+			return nil
 		case err != nil:
-			return s.unknownOutcome(ctx, claim, err)
-		case pr.Status == StatusSucceeded:
-			provRefund = &pr
-		case refundFailed(pr) != "":
-			code := refundFailed(pr)
-			failCode = &code
-		default:
-			// Not settled yet (a provider may answer "pending" and finish
-			// later): the outcome is still unknown, and the refund stays
-			// pending for the retry, the recoverer or the webhook.
-			return s.unknownOutcome(ctx, claim, fmt.Errorf("%w: provider refund %s is %q", ErrOutcomeUnknown, pr.ID, pr.Status))
+			return s.unknownOutcome(ctx, a.Claim.Request(), err)
 		}
-		if h := s.hooks.AfterProviderCall; h != nil {
-			if err := h(idempotency.OpRefundsCreate); err != nil {
-				return idempotency.Response{}, &crashedError{err}
-			}
-		}
+		pr = &created
 	}
-	var resp idempotency.Response
-	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if done, err := claim.Reacquire(ctx, tx); err != nil || done != nil {
-			resp = deref(done)
-			return err
-		}
-		q := dbsqlc.New(tx)
-		final, err := q.RefundGetByID(ctx, ref.ID)
-		if err != nil {
-			return fmt.Errorf("reload refund: %w", err)
-		}
-		switch {
-		case provRefund != nil:
-			if final, err = s.applyRefund(ctx, tx, final, *provRefund); err != nil {
-				return err
-			}
-		case failCode != nil:
-			if final, err = s.failRefund(ctx, tx, final, *failCode); err != nil {
-				return err
-			}
-		}
-		if resp, err = s.finishRefund(ctx, tx, claim, final); err != nil {
-			return err
-		}
-		if h := s.hooks.InPhase2; h != nil {
-			return h(idempotency.OpRefundsCreate)
-		}
-		return nil
-	})
-	if err == nil {
-		s.events.Committed()
+	switch {
+	case pr.Status == refundSucceeded:
+		a.Data.answer = pr
+	case refundFailed(*pr) != "":
+		code := refundFailed(*pr)
+		a.Data.failCode = &code
+	default:
+		// Not settled yet (a provider may answer "pending" and finish
+		// later): the outcome is still unknown, and the refund stays
+		// pending for the retry, the Recoverer or the webhook.
+		return s.unknownOutcome(ctx, a.Claim.Request(), fmt.Errorf("%w: provider refund %s is %q", ErrOutcomeUnknown, pr.ID, pr.Status))
 	}
-	return resp, err // on an error the caller (afterPhase1) releases the claim
+	return nil
 }
 
-func (s *Service) refundAtProvider(ctx context.Context, claim *idempotency.Claim, ref dbsqlc.Refund) (ProviderRefund, error) {
-	pay, err := dbsqlc.New(s.pool).PaymentGetByID(ctx, ref.PaymentID)
+// loadRefundAttempt loads the refund of a resumed run from the claim's
+// resource.
+func (s *Service) loadRefundAttempt(ctx context.Context, a *operation.Attempt[refundAttempt]) error {
+	if a.Data.loaded {
+		return nil
+	}
+	if a.Claim.Resource == nil {
+		return fmt.Errorf("refunds.create %q at %s has no refund recorded", a.Claim.Request().Key, a.Claim.RecoveryPoint)
+	}
+	ref, err := loadRefund(ctx, s.pool, a.Claim.Resource.ID)
 	if err != nil {
-		return ProviderRefund{}, fmt.Errorf("load payment: %w", err)
+		return err
 	}
-	if claim.Resumed {
-		found, err := s.provider.FindRefund(ctx, pay.ID.String(), ref.ID.String())
-		if err != nil {
-			return ProviderRefund{}, err
+	a.Data.ref, a.Data.loaded = ref, true
+	return nil
+}
+
+// recordRefund is phase 2: it records the provider's answer (succeeded: the
+// payment's refunded amount grows, the order moves, the event is appended;
+// refused or failed: the reservation is given back) and stores the answer.
+func (s *Service) recordRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt]) (operation.Outcome, error) {
+	if err := s.loadRefundAttempt(ctx, a); err != nil {
+		return operation.Outcome{}, err
+	}
+	final, err := loadRefund(ctx, tx, a.Data.ref.ID)
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	switch {
+	case a.Data.answer != nil:
+		if final, err = s.applyRefund(ctx, tx, final, *a.Data.answer); err != nil {
+			return operation.Outcome{}, err
 		}
-		if found != nil {
-			return *found, nil
+	case a.Data.failCode != nil:
+		if final, err = s.failRefund(ctx, tx, final, *a.Data.failCode); err != nil {
+			return operation.Outcome{}, err
 		}
 	}
-	return s.provider.CreateRefund(ctx, ref.ProviderKey, deref(pay.ProviderChargeID), ref.Amount, map[string]string{
-		"reference":       ref.ID.String(),
-		"payment_id":      pay.ID.String(),
-		"tenant_id":       ref.TenantID.String(),
-		"idempotency_key": ref.IdempotencyKey,
-	})
+	return s.finishRefund(ctx, tx, a, final)
 }
 
 // applyRefund records a provider refund: pending becomes succeeded once, the
 // payment's refunded amount grows, the order moves to (partially_)refunded,
 // and refund.succeeded is emitted. Shared with the webhook worker.
-func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund, pr ProviderRefund) (dbsqlc.Refund, error) {
+func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr ProviderRefund) (Refund, error) {
 	q := dbsqlc.New(tx)
-	pay, err := q.PaymentGetByID(ctx, ref.PaymentID)
+	pay, err := loadPayment(ctx, tx, ref.PaymentID)
 	if err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("load payment of refund %s: %w", ref.ID, err)
+		return Refund{}, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}
 	if err := refundMismatch(pay, ref, pr); err != nil {
-		return dbsqlc.Refund{}, err
+		return Refund{}, err
 	}
 	now := s.nowUTC()
 	row, err := q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &pr.ID, Now: now, ID: ref.ID})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return q.RefundGetByID(ctx, ref.ID)
+		return loadRefund(ctx, tx, ref.ID)
 	}
 	if err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("record refund: %w", err)
+		return Refund{}, fmt.Errorf("record refund: %w", err)
 	}
-	pay, err = q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: row.Amount, Now: now, ID: row.PaymentID})
+	payRow, err := q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: row.Amount, Now: now, ID: row.PaymentID})
 	if err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("add refunded amount: %w", err)
+		return Refund{}, fmt.Errorf("add refunded amount: %w", err)
 	}
-	status := "partially_refunded"
-	if pay.AmountRefunded == pay.Amount {
-		status = "refunded"
+	status := orders.StatusPartiallyRefunded
+	if payRow.AmountRefunded == payRow.Amount {
+		status = orders.StatusRefunded
 	}
-	if _, err := q.OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: status, Now: now, ID: pay.OrderID}); err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("advance order: %w", err)
+	if _, err := s.orders.Advance(ctx, tx, payRow.OrderID, status); err != nil {
+		return Refund{}, err
 	}
+	moved := refundFromRow(row)
 	if _, err := outbox.Append(ctx, tx, outbox.Event{
-		TenantID:       row.TenantID,
+		TenantID:       moved.TenantID,
 		Type:           EventRefundSucceeded,
 		AggregateType:  "refund",
-		AggregateID:    row.ID,
-		IdempotencyKey: row.IdempotencyKey,
+		AggregateID:    moved.ID,
+		IdempotencyKey: moved.IdempotencyKey,
 		OccurredAt:     now,
 		Payload: map[string]any{
-			"refund": refundJSONFrom(row), "payment_id": pay.ID, "order_id": pay.OrderID,
-			"amount_refunded": pay.AmountRefunded, "payment_amount": pay.Amount,
+			"refund": refundJSONFrom(moved), "payment_id": payRow.ID, "order_id": payRow.OrderID,
+			"amount_refunded": payRow.AmountRefunded, "payment_amount": payRow.Amount,
 		},
 	}); err != nil {
-		return dbsqlc.Refund{}, err
+		return Refund{}, err
 	}
-	return row, nil
+	return moved, nil
 }
 
 // failRefund records a provider's refusal and gives the reserved amount back.
-func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref dbsqlc.Refund, code string) (dbsqlc.Refund, error) {
+func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref Refund, code string) (Refund, error) {
 	q := dbsqlc.New(tx)
 	now := s.nowUTC()
 	row, err := q.RefundFail(ctx, dbsqlc.RefundFailParams{FailureCode: &code, Now: now, ID: ref.ID})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return q.RefundGetByID(ctx, ref.ID)
+		return loadRefund(ctx, tx, ref.ID)
 	}
 	if err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("record refund failure: %w", err)
+		return Refund{}, fmt.Errorf("record refund failure: %w", err)
 	}
 	if err := q.PaymentReleaseRefund(ctx, dbsqlc.PaymentReleaseRefundParams{Amount: row.Amount, Now: now, ID: row.PaymentID}); err != nil {
-		return dbsqlc.Refund{}, fmt.Errorf("release refund reservation: %w", err)
+		return Refund{}, fmt.Errorf("release refund reservation: %w", err)
 	}
-	return row, nil
+	return refundFromRow(row), nil
 }
 
-func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, claim *idempotency.Claim, ref dbsqlc.Refund) (idempotency.Response, error) {
+// finishRefund stores the answer for a refund after the provider's answer
+// was recorded.
+func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt], ref Refund) (operation.Outcome, error) {
 	res := &idempotency.Resource{Type: "refund", ID: ref.ID}
 	if ref.Status == StatusFailed {
 		// The provider refused: for more than the charge still holds, that is
@@ -246,24 +279,17 @@ func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, claim *idempotenc
 		if deref(ref.FailureCode) == "amount_too_large" {
 			code = problem.RefundExceedsPayment
 		}
-		resp, err := s.finishProblem(ctx, tx, claim, problem.New(code,
+		return a.Refuse(ctx, tx, problem.New(code,
 			"The provider refused refund %s (%s).", ref.ID, deref(ref.FailureCode)), res)
-		return deref(resp), err
 	}
 	body, err := wire.Encode(refundJSONFrom(ref))
 	if err != nil {
-		return idempotency.Response{}, err
+		return operation.Outcome{}, err
 	}
-	return claim.Finish(ctx, tx, idempotency.Response{
+	return a.Finish(ctx, tx, idempotency.Response{
 		Status:      http.StatusCreated,
 		ContentType: "application/json",
 		Location:    "/v1/refunds/" + ref.ID.String(),
 		Body:        body,
 	}, res)
-}
-
-// GetRefund returns the tenant's refund id.
-func (s *Service) GetRefund(ctx context.Context, tenantID, id uuid.UUID) (dbsqlc.Refund, error) {
-	r, err := dbsqlc.New(s.pool).RefundGet(ctx, dbsqlc.RefundGetParams{TenantID: tenantID, ID: id})
-	return r, postgres.NotFound(err)
 }

@@ -13,6 +13,8 @@ package retention
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,20 +24,52 @@ import (
 // Day is 24 hours, for readable horizons.
 const Day = 24 * time.Hour
 
+// Horizon names one source of duplicates: who may send the same intent or
+// message again, and so how long its dedup records must be kept.
+type Horizon string
+
+// The horizons.
+const (
+	// HorizonClientRetry: a client (or a user with a saved tab) retrying a
+	// request.
+	HorizonClientRetry Horizon = "client retry"
+	// HorizonQueueRedelivery: the broker redelivering an unacknowledged
+	// message.
+	HorizonQueueRedelivery Horizon = "queue redelivery"
+	// HorizonWebhookRedelivery: the provider retrying a webhook delivery.
+	HorizonWebhookRedelivery Horizon = "webhook redelivery"
+	// HorizonOperatorReplay: an operator republishing old events.
+	HorizonOperatorReplay Horizon = "operator replay"
+	// HorizonSettlement: the money horizon: settlement, disputes and
+	// compensations that refer back to a payment.
+	HorizonSettlement Horizon = "settlement"
+)
+
 // Horizons are the longest times after which the same intent or message may
 // be delivered again, by each source of duplicates.
 type Horizons struct {
-	// ClientRetry: a client (or a user with a saved tab) retrying a request.
-	ClientRetry time.Duration
-	// QueueRedelivery: the broker redelivering an unacknowledged message.
-	QueueRedelivery time.Duration
-	// WebhookRedelivery: the provider retrying a webhook delivery.
+	ClientRetry       time.Duration
+	QueueRedelivery   time.Duration
 	WebhookRedelivery time.Duration
-	// OperatorReplay: an operator republishing old events.
-	OperatorReplay time.Duration
-	// Settlement: the money horizon: settlement, disputes and compensations
-	// that refer back to a payment.
-	Settlement time.Duration
+	OperatorReplay    time.Duration
+	Settlement        time.Duration
+}
+
+// Of returns the length of horizon name (0 for a name it does not know).
+func (h Horizons) Of(name Horizon) time.Duration {
+	switch name {
+	case HorizonClientRetry:
+		return h.ClientRetry
+	case HorizonQueueRedelivery:
+		return h.QueueRedelivery
+	case HorizonWebhookRedelivery:
+		return h.WebhookRedelivery
+	case HorizonOperatorReplay:
+		return h.OperatorReplay
+	case HorizonSettlement:
+		return h.Settlement
+	}
+	return 0
 }
 
 // DefaultHorizons are the horizons of docs/CONTRACT.md.
@@ -51,7 +85,8 @@ func DefaultHorizons() Horizons {
 
 // Policy is how long each kind of record is kept after it is finished.
 type Policy struct {
-	// Idempotency is per operation (idempotency records).
+	// Idempotency is per operation (idempotency records); its defaults come
+	// with each operation (operation.Spec).
 	Idempotency idempotency.Policy
 	// ProcessedMessages is the consumers' inbox.
 	ProcessedMessages time.Duration
@@ -61,59 +96,54 @@ type Policy struct {
 	PublishedEvents time.Duration
 }
 
-// DefaultPolicy is the retention of docs/CONTRACT.md.
+// DefaultPolicy is the retention of docs/CONTRACT.md for the records of the
+// mechanisms; the caller adds each operation's (Policy.Idempotency).
 func DefaultPolicy() Policy {
 	return Policy{
-		Idempotency:       idempotency.DefaultPolicy(),
+		Idempotency:       idempotency.Policy{},
 		ProcessedMessages: 35 * Day,
 		WebhookReceipts:   7 * Day,
 		PublishedEvents:   35 * Day,
 	}
 }
 
-// horizon names one horizon for error messages.
-type horizon struct {
-	name string
-	d    time.Duration
-}
+// Covers says which horizons the records of each idempotent operation must
+// cover (operation.Spec.Covers).
+type Covers map[idempotency.Operation][]Horizon
 
-func (h Horizons) covers(kind string) []horizon {
-	switch kind {
-	case string(idempotency.OpOrdersCreate):
-		return []horizon{{"client retry", h.ClientRetry}}
-	case string(idempotency.OpPaymentsCreate), string(idempotency.OpRefundsCreate):
-		return []horizon{{"client retry", h.ClientRetry}, {"settlement", h.Settlement}}
-	case "processed_messages":
-		// A consumer must recognise every message the broker or an operator
-		// may deliver again.
-		return []horizon{{"queue redelivery", h.QueueRedelivery}, {"operator replay", h.OperatorReplay}}
-	case "webhook_receipts":
-		return []horizon{{"webhook redelivery", h.WebhookRedelivery}}
-	case "published_events":
-		// Replaying an event needs the event.
-		return []horizon{{"operator replay", h.OperatorReplay}}
-	}
-	return nil
+// mechanismCovers are the horizons of the mechanisms' own records.
+var mechanismCovers = map[string][]Horizon{
+	// A consumer must recognise every message the broker or an operator may
+	// deliver again.
+	"processed_messages": {HorizonQueueRedelivery, HorizonOperatorReplay},
+	"webhook_receipts":   {HorizonWebhookRedelivery},
+	// Replaying an event needs the event.
+	"published_events": {HorizonOperatorReplay},
 }
 
 // Check refuses a policy that forgets a record before a horizon it must
-// cover has passed. The error names every violation with its numbers.
-func Check(p Policy, h Horizons) error {
+// cover has passed, and an operation without a retention. The error names
+// every violation with its numbers.
+func Check(p Policy, h Horizons, ops Covers) error {
 	var errs []error
-	check := func(kind string, retention time.Duration) {
-		for _, hz := range h.covers(kind) {
-			if retention < hz.d {
+	check := func(kind string, retention time.Duration, covers []Horizon) {
+		if retention <= 0 {
+			errs = append(errs, fmt.Errorf("%s has no retention", kind))
+			return
+		}
+		for _, hz := range covers {
+			if d := h.Of(hz); retention < d {
 				errs = append(errs, fmt.Errorf("retention of %s (%s) is shorter than the %s horizon (%s) it must cover",
-					kind, days(retention), hz.name, days(hz.d)))
+					kind, days(retention), hz, days(d)))
 			}
 		}
 	}
-	for _, op := range []idempotency.Operation{idempotency.OpOrdersCreate, idempotency.OpPaymentsCreate, idempotency.OpRefundsCreate} {
-		check(string(op), p.Idempotency[op])
+	for _, op := range slices.Sorted(maps.Keys(ops)) {
+		check(string(op), p.Idempotency[op], ops[op])
 	}
-	check("processed_messages", p.ProcessedMessages)
-	check("webhook_receipts", p.WebhookReceipts)
-	check("published_events", p.PublishedEvents)
+	check("processed_messages", p.ProcessedMessages, mechanismCovers["processed_messages"])
+	check("webhook_receipts", p.WebhookReceipts, mechanismCovers["webhook_receipts"])
+	check("published_events", p.PublishedEvents, mechanismCovers["published_events"])
 	// An operator can replay any event the outbox still holds; its consumers
 	// must still recognise it then, or the replay runs the effect again.
 	if p.ProcessedMessages < p.PublishedEvents {

@@ -17,19 +17,32 @@ import (
 	"github.com/oncepay/oncepay/internal/testdb"
 )
 
+// covers are operations as the registry declares them (operation.Spec).
+var covers = retention.Covers{
+	"orders.create":   {retention.HorizonClientRetry},
+	"payments.create": {retention.HorizonClientRetry, retention.HorizonSettlement},
+	"refunds.create":  {retention.HorizonClientRetry, retention.HorizonSettlement},
+}
+
+func defaultPolicy() retention.Policy {
+	p := retention.DefaultPolicy()
+	p.Idempotency = idempotency.Policy{"orders.create": 7 * retention.Day, "payments.create": 45 * retention.Day, "refunds.create": 45 * retention.Day}
+	return p
+}
+
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	if err := retention.Check(retention.DefaultPolicy(), retention.DefaultHorizons()); err != nil {
+	if err := retention.Check(defaultPolicy(), retention.DefaultHorizons(), covers); err != nil {
 		t.Fatalf("the defaults do not pass their own check: %v", err)
 	}
-	short := retention.DefaultPolicy()
+	short := defaultPolicy()
 	short.Idempotency = idempotency.Policy{
-		idempotency.OpOrdersCreate:   retention.Day,
-		idempotency.OpPaymentsCreate: 5 * time.Minute, // the SQS FIFO window
-		idempotency.OpRefundsCreate:  45 * retention.Day,
+		"orders.create":   retention.Day,
+		"payments.create": 5 * time.Minute, // the SQS FIFO window
+		"refunds.create":  45 * retention.Day,
 	}
 	short.ProcessedMessages = 7 * retention.Day
-	err := retention.Check(short, retention.DefaultHorizons())
+	err := retention.Check(short, retention.DefaultHorizons(), covers)
 	if err == nil {
 		t.Fatal("a 5-minute retention for payments passed the check")
 	}
@@ -47,10 +60,10 @@ func TestCheck(t *testing.T) {
 
 	// Covering the horizons is not enough for the inbox: it must outlive the
 	// events an operator can still replay.
-	replayable := retention.DefaultPolicy()
+	replayable := defaultPolicy()
 	replayable.ProcessedMessages = 31 * retention.Day
 	replayable.PublishedEvents = 35 * retention.Day
-	err = retention.Check(replayable, retention.DefaultHorizons())
+	err = retention.Check(replayable, retention.DefaultHorizons(), covers)
 	if want := "retention of processed_messages (31d) is shorter than that of published_events (35d)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v does not say %q", err, want)
 	}
@@ -121,7 +134,7 @@ func TestSweepExpiryBoundary(t *testing.T) {
 		expiry time.Duration // after t0, when the record was finished
 		insert string        // $1 tenant, $2 t0, $3 expiry
 	}{
-		{"api_idempotency", p.Idempotency[idempotency.OpPaymentsCreate], `INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+		{"api_idempotency", defaultPolicy().Idempotency["payments.create"], `INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
 			locked_until, request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at)
 			VALUES ($1, 'payments.create', 'k', '\x00', 'completed', 'finished', NULL, '', 201, '{}', '{}', $2, $2, $3)`},
 		{"outbox_events", p.PublishedEvents, `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at)

@@ -76,8 +76,8 @@ func parseEvent(body []byte) (event, error) {
 		}
 		// The payment's outcome is read from the charge's status; it must
 		// say what the event type says.
-		if (env.Type == EventChargeSucceeded && ev.charge.Status != payments.StatusSucceeded) ||
-			(env.Type == EventChargeFailed && ev.charge.Status != payments.StatusFailed) {
+		if (env.Type == EventChargeSucceeded && ev.charge.Status != string(payments.StatusSucceeded)) ||
+			(env.Type == EventChargeFailed && ev.charge.Status != string(payments.StatusFailed)) {
 			fields = append(fields, problem.FieldError{Field: "data.object.status", Message: "does not match the event type"})
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/pspsim"
@@ -101,8 +103,10 @@ func setup(t *testing.T) *bundle {
 // process would have. The provider is never called on the worker's path.
 func newWorker(pool *pgxpool.Pool, clk *clock) *webhooks.Worker {
 	logger := slog.New(slog.DiscardHandler)
-	svc := payments.NewService(pool, idempotency.NewStore(idempotency.DefaultPolicy(), 30*time.Second, clk.now),
-		payments.NewProvider("http://127.0.0.1:1", "", time.Second), nil, logger, clk.now, 10*time.Second, payments.Hooks{})
+	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour, payments.OpPay: time.Hour, payments.OpRefund: time.Hour}, 30*time.Second, clk.now)
+	ops := operation.NewRunner(pool, store, logger)
+	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.now),
+		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.now)
 	return webhooks.NewWorker(pool, svc, nil, logger, clk.now)
 }
 
@@ -266,7 +270,7 @@ type fixture struct {
 
 // payment inserts a tenant, an order and a payment in the given status (the
 // order is paid when the payment succeeded, awaiting payment otherwise).
-func (b *bundle) payment(t *testing.T, status string) fixture {
+func (b *bundle) payment(t *testing.T, status payments.Status) fixture {
 	t.Helper()
 	f := fixture{tenant: uuid.New(), order: uuid.New(), payment: uuid.New()}
 	now := b.clock.now()
@@ -366,7 +370,8 @@ func mustJSON(t testing.TB, v any) []byte {
 
 // state is what the tests check of one fixture.
 type state struct {
-	payment, order   string
+	payment          payments.Status
+	order            string
 	succeeded        int // payment.succeeded events
 	failed           int // payment.failed events
 	refundsSucceeded int // refund.succeeded events
@@ -382,7 +387,7 @@ func (b *bundle) state(t *testing.T, f fixture) state {
 		       (SELECT count(*) FROM outbox_events e JOIN refunds r ON r.id = e.aggregate_id
 		         WHERE r.payment_id = p.id AND e.event_type = 'refund.succeeded')
 		FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.id = $1`, f.payment).
-		Scan(&s.payment, &s.order, &s.succeeded, &s.failed, &s.refundsSucceeded)
+		Scan((*string)(&s.payment), &s.order, &s.succeeded, &s.failed, &s.refundsSucceeded)
 	if err != nil {
 		t.Fatalf("load state: %v", err)
 	}

@@ -122,7 +122,7 @@ func TestLateEventsOnlyMoveForward(t *testing.T) {
 	if got := b.str(t, `SELECT provider_charge_id FROM payments WHERE id = $1`, succeeded.payment); got != chargeIDOf(succeeded.payment) {
 		t.Fatalf("provider_charge_id = %q: the late event overwrote it", got)
 	}
-	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusSucceeded {
+	if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund)); got != payments.StatusSucceeded {
 		t.Fatalf("refund status = %q, want succeeded", got)
 	}
 	if n := b.count(t, `SELECT amount_refunded FROM payments WHERE id = $1`, refunded.payment); n != paymentAmount {
@@ -200,13 +200,13 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 5 {
 		t.Fatalf("receipts processed with a mismatch note = %d, want 5", n)
 	}
-	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, failedRefund); got != payments.StatusFailed {
+	if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, failedRefund)); got != payments.StatusFailed {
 		t.Fatalf("failed refund status = %q, want failed", got)
 	}
 	if got, want := b.state(t, pay), (state{payment: payments.StatusPending, order: "awaiting_payment"}); got != want {
 		t.Fatalf("payment: state = %+v, want %+v", got, want)
 	}
-	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusPending {
+	if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund)); got != payments.StatusPending {
 		t.Fatalf("refund status = %q, want pending", got)
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 0 {
@@ -267,7 +267,7 @@ func TestRefundEventFollowsTheProviderStatus(t *testing.T) {
 	if n := b.processOnce(t, 10); n != 1 {
 		t.Fatalf("ProcessOnce = %d, want 1", n)
 	}
-	if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusPending {
+	if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund)); got != payments.StatusPending {
 		t.Fatalf("after a pending provider refund: status = %q, want pending", got)
 	}
 	wantReceived(t, b.deliver(t, "msg_failed", withStatus("failed")), false)
@@ -311,7 +311,7 @@ func TestFailedApplicationIsRetried(t *testing.T) {
 		if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = 'msg_broken' AND processed_at IS NULL AND last_error IS NOT NULL AND attempts = $1`, attempts); n != 1 {
 			t.Fatalf("msg_broken is not unprocessed with %d attempts and an error", attempts)
 		}
-		if got := b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund); got != payments.StatusPending {
+		if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, refund)); got != payments.StatusPending {
 			t.Fatalf("refund status = %q, want pending (rolled back)", got)
 		}
 		if got, want := b.state(t, broken), (state{payment: payments.StatusSucceeded, order: "paid"}); got != want {

@@ -115,33 +115,14 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 	return items, nil
 }
 
-const idempotencyDelete = `-- name: IdempotencyDelete :execrows
-DELETE FROM api_idempotency
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-`
-
-type IdempotencyDeleteParams struct {
-	TenantID       uuid.UUID
-	Operation      string
-	IdempotencyKey string
-}
-
-// IdempotencyDelete removes a record; used by tests to stand for expiry.
-func (q *Queries) IdempotencyDelete(ctx context.Context, arg IdempotencyDeleteParams) (int64, error) {
-	result, err := q.db.Exec(ctx, idempotencyDelete, arg.TenantID, arg.Operation, arg.IdempotencyKey)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const idempotencyFinish = `-- name: IdempotencyFinish :exec
+const idempotencyFinish = `-- name: IdempotencyFinish :execrows
 UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,
     status_code = $2, response_headers = $3, response_body = $4,
     resource_type = $5, resource_id = $6,
     updated_at = $7, expires_at = $8
 WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
+  AND state = 'pending'
 `
 
 type IdempotencyFinishParams struct {
@@ -158,8 +139,10 @@ type IdempotencyFinishParams struct {
 	IdempotencyKey  string
 }
 
-func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishParams) error {
-	_, err := q.db.Exec(ctx, idempotencyFinish,
+// IdempotencyFinish stores the final outcome of a pending record. A record
+// that is already final is never overwritten: it reports no row.
+func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishParams) (int64, error) {
+	result, err := q.db.Exec(ctx, idempotencyFinish,
 		arg.State,
 		arg.StatusCode,
 		arg.ResponseHeaders,
@@ -172,7 +155,10 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 		arg.Operation,
 		arg.IdempotencyKey,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one

@@ -12,56 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const orderAdvanceStatus = `-- name: OrderAdvanceStatus :execrows
-UPDATE orders SET status = $1, updated_at = $2
-WHERE id = $3 AND array_position(
-        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], status)
-      < array_position(
-        ARRAY['awaiting_payment', 'paid', 'fulfilled', 'partially_refunded', 'refunded']::text[], $1::text)
-`
-
-type OrderAdvanceStatusParams struct {
-	Status string
-	Now    time.Time
-	ID     uuid.UUID
-}
-
-// OrderAdvanceStatus moves an order forward, never backwards: the update
-// only happens when the new status ranks above the current one.
-func (q *Queries) OrderAdvanceStatus(ctx context.Context, arg OrderAdvanceStatusParams) (int64, error) {
-	result, err := q.db.Exec(ctx, orderAdvanceStatus, arg.Status, arg.Now, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const orderGetForUpdate = `-- name: OrderGetForUpdate :one
-SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE
-`
-
-type OrderGetForUpdateParams struct {
-	TenantID uuid.UUID
-	ID       uuid.UUID
-}
-
-func (q *Queries) OrderGetForUpdate(ctx context.Context, arg OrderGetForUpdateParams) (Order, error) {
-	row := q.db.QueryRow(ctx, orderGetForUpdate, arg.TenantID, arg.ID)
-	var i Order
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.Status,
-		&i.Currency,
-		&i.AmountTotal,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
 const paymentAddRefunded = `-- name: PaymentAddRefunded :one
 UPDATE payments SET amount_refunded = amount_refunded + $1, updated_at = $2 WHERE id = $3
 RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at

@@ -12,6 +12,35 @@ import (
 	"github.com/google/uuid"
 )
 
+const orderAdvanceStatus = `-- name: OrderAdvanceStatus :execrows
+UPDATE orders SET status = $1, updated_at = $2
+WHERE id = $3 AND status = ANY($4::text[])
+`
+
+type OrderAdvanceStatusParams struct {
+	Status       string
+	Now          time.Time
+	ID           uuid.UUID
+	FromStatuses []string
+}
+
+// OrderAdvanceStatus moves an order to @status from one of @from_statuses,
+// the statuses the lifecycle allows before it (orders.Status.Predecessors,
+// in Go): an order never moves backwards, and a status it already has or
+// has passed changes nothing.
+func (q *Queries) OrderAdvanceStatus(ctx context.Context, arg OrderAdvanceStatusParams) (int64, error) {
+	result, err := q.db.Exec(ctx, orderAdvanceStatus,
+		arg.Status,
+		arg.Now,
+		arg.ID,
+		arg.FromStatuses,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const orderGet = `-- name: OrderGet :one
 SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND id = $2
 `
@@ -49,6 +78,32 @@ type OrderGetByIdempotencyKeyParams struct {
 
 func (q *Queries) OrderGetByIdempotencyKey(ctx context.Context, arg OrderGetByIdempotencyKeyParams) (Order, error) {
 	row := q.db.QueryRow(ctx, orderGetByIdempotencyKey, arg.TenantID, arg.IdempotencyKey)
+	var i Order
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.Status,
+		&i.Currency,
+		&i.AmountTotal,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const orderGetForUpdate = `-- name: OrderGetForUpdate :one
+SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+`
+
+type OrderGetForUpdateParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+func (q *Queries) OrderGetForUpdate(ctx context.Context, arg OrderGetForUpdateParams) (Order, error) {
+	row := q.db.QueryRow(ctx, orderGetForUpdate, arg.TenantID, arg.ID)
 	var i Order
 	err := row.Scan(
 		&i.ID,
@@ -255,6 +310,83 @@ func (q *Queries) OrderListNewest(ctx context.Context, arg OrderListNewestParams
 		return nil, err
 	}
 	return items, nil
+}
+
+const orderLockStock = `-- name: OrderLockStock :many
+SELECT i.sku, i.name, i.quantity, p.stock,
+       (SELECT count(*) FROM order_items c WHERE c.order_id = i.order_id)::int AS order_lines
+FROM order_items i
+JOIN products p ON p.tenant_id = $1 AND p.sku = i.sku
+WHERE i.order_id = $2
+ORDER BY i.sku
+FOR UPDATE OF p
+`
+
+type OrderLockStockParams struct {
+	TenantID uuid.UUID
+	OrderID  uuid.UUID
+}
+
+type OrderLockStockRow struct {
+	Sku        string
+	Name       string
+	Quantity   int32
+	Stock      int64
+	OrderLines int32
+}
+
+// OrderLockStock locks the products an order needs, in SKU order (two
+// shipments that share products lock in the same order and never
+// deadlock), and returns each line with what is in stock. order_lines
+// counts all lines of the order: fewer rows than that means a line names a
+// product that does not exist (any more).
+func (q *Queries) OrderLockStock(ctx context.Context, arg OrderLockStockParams) ([]OrderLockStockRow, error) {
+	rows, err := q.db.Query(ctx, orderLockStock, arg.TenantID, arg.OrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OrderLockStockRow
+	for rows.Next() {
+		var i OrderLockStockRow
+		if err := rows.Scan(
+			&i.Sku,
+			&i.Name,
+			&i.Quantity,
+			&i.Stock,
+			&i.OrderLines,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const orderTakeStock = `-- name: OrderTakeStock :execrows
+UPDATE products p
+SET stock = p.stock - i.quantity
+FROM order_items i
+WHERE i.order_id = $1 AND p.tenant_id = $2 AND p.sku = i.sku AND p.stock >= i.quantity
+`
+
+type OrderTakeStockParams struct {
+	OrderID  uuid.UUID
+	TenantID uuid.UUID
+}
+
+// OrderTakeStock takes every line's quantity out of stock. Run it on
+// locked rows that all suffice; p.stock >= i.quantity (and the CHECK on
+// products.stock) make sure it never goes below zero regardless.
+func (q *Queries) OrderTakeStock(ctx context.Context, arg OrderTakeStockParams) (int64, error) {
+	result, err := q.db.Exec(ctx, orderTakeStock, arg.OrderID, arg.TenantID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const productGetMany = `-- name: ProductGetMany :many

@@ -1,0 +1,108 @@
+package operation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// Mutation is the body of a local operation: it runs in the transaction that
+// holds the claim, makes the change and appends its outbox event in that
+// same transaction, and returns the final outcome (Attempt.Finish for the
+// answer, Attempt.Refuse for a business failure that is stored). An error
+// rolls everything back, the claim included: nothing is stored and the key
+// stays free.
+type Mutation[T any] func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcome, error)
+
+// Local is an idempotent local mutation: the brief's single-transaction flow.
+//
+//	fast path: a final record is read without a lock and replayed
+//	BEGIN
+//	  claim the key (INSERT ... ON CONFLICT DO NOTHING, then lock it)
+//	  final record: replay it; other fingerprint: 422; pending: 409
+//	  the mutation and its outbox row
+//	  store the response, mark the record final
+//	COMMIT
+type Local[T any] struct {
+	r      *Runner
+	op     idempotency.Operation
+	mutate Mutation[T]
+}
+
+// NewLocal returns the local operation op, which runs mutate.
+func NewLocal[T any](r *Runner, op idempotency.Operation, mutate Mutation[T]) *Local[T] {
+	return &Local[T]{r: r, op: op, mutate: mutate}
+}
+
+// Operation returns the operation's name.
+func (l *Local[T]) Operation() idempotency.Operation { return l.op }
+
+// Run executes req with input in at most once. The response is either this
+// execution's or a stored one (Replayed).
+func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idempotency.Response, error) {
+	if req.Operation != l.op {
+		return idempotency.Response{}, fmt.Errorf("operation %s run with a request for %s", l.op, req.Operation)
+	}
+	ctx, cancel := l.r.detach(ctx)
+	defer cancel()
+
+	// Fast path: a finished record is immutable, so a replay needs no lock
+	// and no write transaction.
+	if resp, err := l.r.store.Lookup(ctx, l.r.pool, req); err != nil || resp != nil {
+		if resp != nil {
+			return *resp, nil
+		}
+		return idempotency.Response{}, err
+	}
+
+	var out Outcome
+	err := postgres.InTx(ctx, l.r.pool, func(tx pgx.Tx) error {
+		claim, err := l.r.store.Begin(ctx, tx, req)
+		if err != nil {
+			return err
+		}
+		if claim.Kind == idempotency.ClaimReplay {
+			out = Outcome{final: &claim.Stored}
+			return nil
+		}
+		// A fresh claim, or (only if a crash ever left one) a pending record
+		// of this operation: the mutation's own business uniqueness makes
+		// running it again safe.
+		a := &Attempt[T]{Claim: claim, Data: in, r: l.r}
+		if out, err = l.mutate(ctx, tx, a); err != nil {
+			return err
+		}
+		if out.final == nil {
+			return fmt.Errorf("local operation %s returned recovery point %q; only Phases operations have recovery points", l.op, out.next)
+		}
+		return l.r.hooks.beforeCommit(l.op, idempotency.PointStarted)
+	})
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	if !out.final.Replayed {
+		l.r.afterCommit()
+	}
+	return *out.final, nil
+}
+
+func (h Hooks) beforeCommit(op idempotency.Operation, point idempotency.RecoveryPoint) error {
+	if h.BeforeCommit == nil {
+		return nil
+	}
+	return h.BeforeCommit(op, point)
+}
+
+func (h Hooks) afterCall(op idempotency.Operation, point idempotency.RecoveryPoint) error {
+	if h.AfterCall == nil {
+		return nil
+	}
+	if err := h.AfterCall(op, point); err != nil {
+		return &crashedError{err}
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+// Package operation runs the two flows of the brief on top of the
+// idempotency store, so that every idempotent operation of the service is
+// written the same way and none copies the skeleton of another:
+//
+//   - Local runs an idempotent local mutation in one transaction: claim the
+//     key, replay a stored outcome, run the mutation (which appends its
+//     outbox event), store the response, commit (rules 3 and 6; the brief's
+//     "local mutation" flow, orders.create).
+//   - Phases runs an operation with an external side effect as atomic phases
+//     with recovery points (the design Stripe describes for its API, written
+//     as one loop like rocket-rides-atomic's): each step is one transaction,
+//     or the outside call followed by the transaction that records its
+//     outcome, and returns the next recovery point or the final response.
+//     The request, a client's retry after the lease ran out and the
+//     Recoverer all run that same loop, starting from the recovery point
+//     stored on the record (rules 3 and 7; payments.create, refunds.create).
+//   - Recoverer resumes abandoned attempts of every Phases operation.
+//   - ParseRequest reads what every idempotent POST needs, in the order the
+//     contract checks it: the key, the path's id, the strict JSON body, and
+//     the fingerprint over all three.
+//
+// Spec declares an operation for the service's registry (internal/app), from
+// which its retention, its configuration and the Recoverer's list derive.
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// DefaultWriteTimeout bounds a started operation unless WithWriteTimeout
+// says otherwise.
+const DefaultWriteTimeout = 10 * time.Second
+
+// Runner holds what every operation runs with: the database, the
+// idempotency store, and what to do after a commit. Features build their
+// Local and Phases operations on one Runner.
+type Runner struct {
+	pool         *pgxpool.Pool
+	store        *idempotency.Store
+	logger       *slog.Logger
+	writeTimeout time.Duration
+	afterCommit  func()
+	hooks        Hooks
+}
+
+// Option configures a Runner.
+type Option func(*Runner)
+
+// WithWriteTimeout bounds a started operation. It runs to its end even when
+// the client hangs up (its context is detached from the request's), so a
+// lost response never leaves half a decision behind and the retry is
+// answered by a replay; the bound keeps a dead dependency from holding it
+// forever.
+func WithWriteTimeout(d time.Duration) Option { return func(r *Runner) { r.writeTimeout = d } }
+
+// WithAfterCommit calls fn after every commit that finished an operation
+// (not after a replay, and not after a phase that only recorded a recovery
+// point): the operation may have appended an outbox event, and fn wakes the
+// dispatcher (outbox.Signal.Committed). It must not block.
+func WithAfterCommit(fn func()) Option { return func(r *Runner) { r.afterCommit = fn } }
+
+// WithHooks injects faults at the points where a process can die. Only tests
+// set it: production code never does.
+func WithHooks(h Hooks) Option { return func(r *Runner) { r.hooks = h } }
+
+// NewRunner returns a Runner.
+func NewRunner(pool *pgxpool.Pool, store *idempotency.Store, logger *slog.Logger, opts ...Option) *Runner {
+	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Store returns the idempotency store the runner claims keys with.
+func (r *Runner) Store() *idempotency.Store { return r.store }
+
+// Hooks inject faults for the failure drills; each nil hook does nothing.
+// They exist for tests only (WithHooks).
+type Hooks struct {
+	// AfterCall runs after a step's outside call returned and before the
+	// step's transaction records its outcome. An error stops the operation
+	// right there, as a crash would (drill 7): the claim keeps its lease,
+	// which a dead process cannot give back.
+	AfterCall func(op idempotency.Operation, point idempotency.RecoveryPoint) error
+	// BeforeCommit runs inside every step's transaction just before it
+	// commits. An error rolls the step back, as a lost database connection
+	// would; the process lives on.
+	BeforeCommit func(op idempotency.Operation, point idempotency.RecoveryPoint) error
+}
+
+// crashedError is the AfterCall hook's error: the process "died" there, so
+// nothing of it may run afterwards, release included.
+type crashedError struct{ err error }
+
+func (e *crashedError) Error() string { return e.err.Error() }
+func (e *crashedError) Unwrap() error { return e.err }
+
+// Outcome is what a step returns: the next recovery point (the step's
+// transaction recorded it) or the final response (stored, or replayed
+// because somebody else finished first). Build it with Attempt.Next,
+// Attempt.Finish or Attempt.Refuse.
+type Outcome struct {
+	next  idempotency.RecoveryPoint
+	final *idempotency.Response
+}
+
+// Attempt is one run of an operation: the claim it holds and Data, the run's
+// own state (the request's input on a fresh run, and what its steps load and
+// learn on the way; a resumed run starts with the zero value).
+type Attempt[T any] struct {
+	Claim *idempotency.Claim
+	Data  T
+	r     *Runner
+}
+
+// Next records, in the step's transaction, that the operation reached point
+// (with res, the resource it created, if any), and continues there.
+func (a *Attempt[T]) Next(ctx context.Context, tx pgx.Tx, point idempotency.RecoveryPoint, res *idempotency.Resource) (Outcome, error) {
+	if err := a.Claim.Checkpoint(ctx, tx, point, res); err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{next: point}, nil
+}
+
+// Finish stores resp as the operation's final outcome, in the step's
+// transaction.
+func (a *Attempt[T]) Finish(ctx context.Context, tx pgx.Tx, resp idempotency.Response, res *idempotency.Resource) (Outcome, error) {
+	stored, err := a.Claim.Finish(ctx, tx, resp, res)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{final: &stored}, nil
+}
+
+// Refuse stores a business failure (order_already_paid, card_declined, ...)
+// as the operation's final outcome: it is replayed like a success, for the
+// key's whole retention.
+func (a *Attempt[T]) Refuse(ctx context.Context, tx pgx.Tx, pe *problem.Error, res *idempotency.Resource) (Outcome, error) {
+	return a.Finish(ctx, tx, idempotency.Response{
+		Status:      problem.Status(pe.Code),
+		ContentType: problem.ContentType,
+		Body:        pe.JSON(),
+	}, res)
+}
+
+// LateRetry checks a key that already created the resource (kind, id)
+// although it has no idempotency record: the record expired and a genuine
+// late retry arrived (drill 8). fingerprint is the one the resource kept.
+// The same request is reported as OutcomeLateRetry and may go on to answer
+// from the resource; another request under the key is refused.
+func (a *Attempt[T]) LateRetry(kind, id string, fingerprint []byte) error {
+	req := a.Claim.Request()
+	if idempotency.Fingerprint(fingerprint) != req.Fingerprint {
+		return problem.New(problem.IdempotencyKeyReused, "This Idempotency-Key already created %s %s with a different request.", kind, id)
+	}
+	a.r.store.Observe(req.Operation, idempotency.OutcomeLateRetry)
+	a.r.logger.Info("late retry answered from the resource its key created",
+		"operation", req.Operation, "idempotency_key", string(req.Key), "resource", kind, "resource_id", id, "request_id", req.RequestID)
+	return nil
+}
+
+// detach gives a started operation its own deadline: it runs to its end even
+// when the client hangs up.
+func (r *Runner) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout)
+}
+
+// releaseTimeout bounds release, which runs after the operation's own time
+// may be used up (a provider timeout is an unknown outcome).
+const releaseTimeout = 5 * time.Second
+
+// release ends the claim's lease after an attempt stopped between its phases
+// while this process lives on (Claim.Release, which never touches a lease
+// that is not this claim's). A crash cannot release; then the lease and the
+// Recoverer do.
+//
+// The failure that brought us here is often the database connection: when
+// the database dropped every backend, each idle connection of the pool is
+// dead too and would fail the release the same way. So after a failure on
+// the pool, release retries on a connection of its own, opened for it, until
+// releaseTimeout. If that fails as well, the lease simply runs out.
+func (r *Runner) release(ctx context.Context, claim *idempotency.Claim) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := r.releaseOn(rctx, r.pool, claim)
+	for wait := 50 * time.Millisecond; err != nil; wait = min(2*wait, time.Second) {
+		if err = r.releaseOnFreshConn(rctx, claim); err == nil || rctx.Err() != nil {
+			break
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
+		r.logger.ErrorContext(ctx, "release lease; it runs out instead", "operation", claim.Request().Operation,
+			"idempotency_key", string(claim.Request().Key), "error", err.Error())
+	}
+}
+
+func (r *Runner) releaseOn(ctx context.Context, db postgres.TxBeginner, claim *idempotency.Claim) error {
+	return postgres.InTx(ctx, db, func(tx pgx.Tx) error {
+		released, err := claim.Release(ctx, tx)
+		if err == nil && !released {
+			r.logger.InfoContext(ctx, "lease not released: not this claim's (never committed, finished, or taken over)",
+				"operation", claim.Request().Operation, "idempotency_key", string(claim.Request().Key))
+		}
+		return err
+	})
+}
+
+func (r *Runner) releaseOnFreshConn(ctx context.Context, claim *idempotency.Claim) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return r.releaseOn(ctx, conn, claim)
+}
+
+// isCrash reports whether err is the AfterCall hook's stand-in for a crash.
+func isCrash(err error) bool {
+	var c *crashedError
+	return errors.As(err, &c)
+}

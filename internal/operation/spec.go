@@ -1,0 +1,49 @@
+package operation
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/retention"
+)
+
+// Spec declares one idempotent operation of the service: the entry it has in
+// the registry (internal/app, operations.go). The retention policy, the
+// configuration (RETENTION_<NAME>), the startup horizon check, the metrics'
+// series and the Recoverer's list all derive from the registry, so adding an
+// operation is one entry.
+type Spec struct {
+	// Name scopes the operation's keys (rule 2), e.g. "orders.create".
+	Name idempotency.Operation
+	// Retention is how long its finished records are kept by default.
+	Retention time.Duration
+	// Covers are the horizons that retention must cover (rule 5): every
+	// operation covers the client's retry; money covers settlement.
+	Covers []retention.Horizon
+	// Resumable is set for an operation with an external call (a Phases
+	// operation): its abandoned attempts are resumed by the Recoverer, which
+	// must know it.
+	Resumable bool
+}
+
+// RetentionVariable is the environment variable that overrides the
+// operation's retention: RETENTION_ and the name in capitals with dots as
+// underscores (RETENTION_PAYMENTS_CREATE).
+func (s Spec) RetentionVariable() string {
+	return "RETENTION_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(string(s.Name)))
+}
+
+// Check reports what a spec lacks.
+func (s Spec) Check() error {
+	switch {
+	case s.Name == "":
+		return fmt.Errorf("an operation without a name")
+	case s.Retention <= 0:
+		return fmt.Errorf("operation %s has no retention", s.Name)
+	case len(s.Covers) == 0:
+		return fmt.Errorf("operation %s covers no horizon", s.Name)
+	}
+	return nil
+}
