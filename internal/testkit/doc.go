@@ -1,0 +1,18 @@
+// Package testkit is the one kit the service's tests share: a clock the test
+// moves forward, a polling wait with a deadline, a logger that writes to the
+// test log, and the fixtures several packages need (a fresh migrated
+// database, tenants with API keys, the demo tenants).
+//
+// It serves the developer rules on tests: real parts (a real PostgreSQL per
+// test, never a mock of it) and no sleeps to wait for asynchronous work
+// (WaitFor polls a condition until a deadline and names what it waited for
+// when it gives up).
+//
+// Fixtures are built on the services' public methods (tenants.Service.Create,
+// SeedDemo, Authenticate), not on their tables, so they keep working whatever
+// the services do inside.
+//
+// Only tests import it; no binary links it (TestNoBinaryLinksTheKit). It
+// imports internal/tenants and internal/testdb, so tests of those packages
+// that need it are external test packages (package tenants_test).
+package testkit
