@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 func TestEmbeddedBindsLoopbackOnARandomPort(t *testing.T) {
@@ -102,7 +103,7 @@ func TestEmbeddedRestartKeepsTheStream(t *testing.T) {
 
 func TestStartEmbeddedNeedsAStoreDirectory(t *testing.T) {
 	t.Parallel()
-	if _, err := broker.StartEmbedded("", broker.EmbeddedConfig{}, brokertest.Logger(t)); err == nil {
+	if _, err := broker.StartEmbedded("", broker.EmbeddedConfig{}, testkit.Logger(t)); err == nil {
 		t.Fatal("an embedded server without a store directory was started")
 	}
 }

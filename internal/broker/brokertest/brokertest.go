@@ -8,7 +8,6 @@ package brokertest
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // Bundle is one embedded server and a client connection to it.
@@ -33,7 +33,7 @@ type Bundle struct {
 // Start starts the server, connects, and declares the streams with cfg.
 func Start(t testing.TB, cfg broker.StreamsConfig) *Bundle {
 	t.Helper()
-	logger := Logger(t)
+	logger := testkit.Logger(t)
 	dir := t.TempDir()
 	srv, err := broker.StartEmbedded(dir, broker.EmbeddedConfig{}, logger)
 	if err != nil {
@@ -89,34 +89,4 @@ func (b *Bundle) Restart(t testing.TB) {
 	b.mu.Lock()
 	b.server = srv
 	b.mu.Unlock()
-}
-
-// Logger returns a logger that writes warnings and errors to the test log
-// and goes quiet once the test has ended (client libraries log from their
-// own goroutines, which may outlive the test by a moment).
-func Logger(t testing.TB) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.close) // registered first, so it runs after every later cleanup
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct {
-	mu     sync.Mutex
-	t      testing.TB
-	closed bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
 }
