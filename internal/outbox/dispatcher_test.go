@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
@@ -23,7 +24,7 @@ func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
 	b := setup(t)
 	run(t, b.dispatcher(t, b.pool, b.nats.JS, fastConfig(), outbox.DispatcherHooks{}))
 	id := b.appendEvent(t, "order.created")
-	waitFor(t, 10*time.Second, "the event to be published", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the event to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, id) == 1
 	})
 	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND attempts = 1 AND locked_until IS NULL AND locked_by IS NULL`, id); n != 1 {
@@ -42,8 +43,8 @@ func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
 	if got := m.Header.Get(jetstream.MsgIDHeader); got != id.String() {
 		t.Fatalf("Nats-Msg-Id = %q, want the event id %s", got, id)
 	}
-	if got := m.Header.Get(broker.HeaderTenantID); got != b.tenantID.String() {
-		t.Fatalf("%s = %q, want %s", broker.HeaderTenantID, got, b.tenantID)
+	if got := m.Header.Get(broker.HeaderTenantID); got != b.tenant.ID.String() {
+		t.Fatalf("%s = %q, want %s", broker.HeaderTenantID, got, b.tenant.ID)
 	}
 	if got := m.Header.Get(broker.HeaderEventType); got != "order.created" {
 		t.Fatalf("%s = %q", broker.HeaderEventType, got)
@@ -78,7 +79,7 @@ func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 
 	first := b.appendEvent(t, "order.created")
 	second := b.appendEvent(t, "order.created")
-	waitFor(t, 10*time.Second, "the later events to be published", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the later events to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND published_at IS NOT NULL`, []uuid.UUID{first, second}) == 2
 	})
 
@@ -89,7 +90,7 @@ func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox_events l, outbox_events f WHERE l.id = $1 AND f.id = $2 AND l.seq < f.seq`, lateID, first); n != 1 {
 		t.Fatal("the late transaction's event does not have the lower seq; the test proves nothing")
 	}
-	waitFor(t, 10*time.Second, "the late-committed lower seq to be published", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the late-committed lower seq to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, lateID) == 1
 	})
 	if ids := b.streamIDs(t); len(ids) != 3 || ids[lateID.String()] != 1 {
@@ -107,7 +108,7 @@ func TestThreeDispatchersPublishEveryEventOnce(t *testing.T) {
 	cfg.BatchSize = 25 // small batches make the dispatchers interleave
 	for range 3 {
 		_, js := brokertest.Connect(t, b.nats.URL(), b.logger)
-		run(t, b.dispatcher(t, openPool(t, b.dbURL), js, cfg, outbox.DispatcherHooks{}))
+		run(t, b.dispatcher(t, testkit.AnotherPool(t, b.pool), js, cfg, outbox.DispatcherHooks{}))
 	}
 
 	const producers, perProducer = 10, 30
@@ -141,7 +142,7 @@ func TestThreeDispatchersPublishEveryEventOnce(t *testing.T) {
 	if len(all) != producers*perProducer {
 		t.Fatalf("appended %d events, want %d", len(all), producers*perProducer)
 	}
-	waitFor(t, 30*time.Second, "all 300 events to be published", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "all 300 events to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == len(all)
 	})
 	stored := b.streamIDs(t)
@@ -167,12 +168,12 @@ func TestDispatcherWaitsOutABrokerOutage(t *testing.T) {
 	for range 50 {
 		ids = append(ids, b.appendEvent(t, "order.created"))
 	}
-	waitFor(t, 20*time.Second, "every event to have a failed attempt", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every event to have a failed attempt", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE attempts >= 1 AND last_error IS NOT NULL AND next_attempt_at IS NOT NULL AND published_at IS NULL`) == len(ids)
 	})
 
 	b.nats.Restart(t)
-	waitFor(t, 30*time.Second, "every event to be published after the broker came back", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every event to be published after the broker came back", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == len(ids)
 	})
 	stored := b.streamIDs(t)
@@ -218,7 +219,7 @@ func TestDrill6DispatcherDiesAfterPublishBeforeMark(t *testing.T) {
 	if res, err := d.DispatchOnce(ctx); err != nil || res.Claimed != 0 {
 		t.Fatalf("claimed %d rows under a live lease (err %v), want 0", res.Claimed, err)
 	}
-	b.clock.advance(31 * time.Second) // past the default 30s lease
+	b.clock.Advance(31 * time.Second) // past the default 30s lease
 	res, err := d.DispatchOnce(ctx)
 	if err != nil || res.Published != 1 {
 		t.Fatalf("after the lease: %+v, %v; want the row published", res, err)
@@ -251,7 +252,7 @@ func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
 		if want := attempt == 2; (res.Stuck == 1) != want {
 			t.Fatalf("attempt %d: stuck = %d, want stuck %t", attempt, res.Stuck, want)
 		}
-		b.clock.advance(time.Hour) // past any backoff
+		b.clock.Advance(time.Hour) // past any backoff
 	}
 	if res, err := d.DispatchOnce(ctx); err != nil || res.Claimed != 0 {
 		t.Fatalf("a stuck row was claimed again: %+v, %v", res, err)
@@ -269,11 +270,11 @@ func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
 	if err != nil || !retried || ev.Status() != outbox.StatusPending || ev.Attempts != 0 {
 		t.Fatalf("Retry = %+v, %t, %v; want a pending event with fresh attempts", ev, retried, err)
 	}
-	waitFor(t, 20*time.Second, "the retried event to be published", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the retried event to be published", func() bool {
 		if _, err := d.DispatchOnce(ctx); err != nil {
 			t.Fatalf("dispatch: %v", err)
 		}
-		b.clock.advance(time.Second) // past the backoff of a publish attempted while reconnecting
+		b.clock.Advance(time.Second) // past the backoff of a publish attempted while reconnecting
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL AND stuck_at IS NULL`, id) == 1
 	})
 	if _, retried, err := admin.Retry(ctx, id); err != nil || retried {
@@ -318,7 +319,7 @@ func TestPublishObserverCountsFailedAndPublishedAttempts(t *testing.T) {
 	seen := map[string]int{}
 	cfg := fastConfig()
 	cfg.PublishTimeout = 200 * time.Millisecond
-	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.now, outbox.DispatcherHooks{},
+	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.Now, outbox.DispatcherHooks{},
 		outbox.WithPublishObserver(func(result string, n int) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -349,8 +350,8 @@ func TestPublishObserverCountsFailedAndPublishedAttempts(t *testing.T) {
 
 	b.nats.Restart(t)
 	wantFailed := 3
-	waitFor(t, 20*time.Second, "the events to be published after the broker came back", func() bool {
-		b.clock.advance(time.Second) // past any backoff
+	testkit.WaitFor(t, 20*time.Second, "the events to be published after the broker came back", func() bool {
+		b.clock.Advance(time.Second) // past any backoff
 		res, err := d.DispatchOnce(ctx)
 		if err != nil {
 			t.Fatalf("dispatch: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,65 +16,29 @@ import (
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // testBundle is one database with a tenant, one embedded JetStream and a
 // clock the test can move forward.
 type testBundle struct {
-	dbURL    string
-	pool     *pgxpool.Pool
-	nats     *brokertest.Bundle
-	logger   *slog.Logger
-	clock    *testClock
-	tenantID uuid.UUID
+	pool   *pgxpool.Pool
+	nats   *brokertest.Bundle
+	logger *slog.Logger
+	clock  *testkit.Clock
+	tenant testkit.Tenant
 	// events is what a service of the test's "process" would tell its
 	// dispatchers after a commit (appendEvent does).
 	events *outbox.Signal
 }
 
-// testClock is real time plus an offset the test can move, e.g. past a
-// lease or a backoff.
-type testClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
-
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	url := testdb.URL(t)
-	b := &testBundle{dbURL: url, pool: openPool(t, url), clock: &testClock{}, events: outbox.NewSignal()}
+	b := &testBundle{pool: testkit.Pool(t), clock: testkit.NewClock(), events: outbox.NewSignal()}
 	b.nats = brokertest.Start(t, broker.StreamsConfig{})
 	b.logger = b.nats.Logger
-	b.tenantID = uuid.New()
-	if _, err := b.pool.Exec(context.Background(),
-		`INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'Test', now())`, b.tenantID, "t-"+b.tenantID.String()[:8]); err != nil {
-		t.Fatalf("insert tenant: %v", err)
-	}
+	b.tenant = testkit.NewTenant(t, b.pool)
 	return b
-}
-
-// openPool opens another pool on the test's database (another "process").
-func openPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := postgres.Open(context.Background(), url, postgres.PoolConfig{MaxConns: 10})
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // fastConfig makes a dispatcher react within milliseconds.
@@ -92,7 +55,7 @@ func fastConfig() outbox.DispatcherConfig {
 // dispatcher returns a dispatcher closed when the test ends.
 func (b *testBundle) dispatcher(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
 	t.Helper()
-	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.now, hooks, outbox.WithSignal(b.events))
+	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.Now, hooks, outbox.WithSignal(b.events))
 	if err != nil {
 		t.Fatalf("new dispatcher: %v", err)
 	}
@@ -133,8 +96,8 @@ func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
 
 func (b *testBundle) event(typ string) outbox.Event {
 	return outbox.Event{
-		TenantID: b.tenantID, Type: typ, AggregateType: "test", AggregateID: uuid.New(),
-		IdempotencyKey: "key-" + uuid.NewString(), OccurredAt: b.clock.now(), Payload: map[string]any{"n": 1},
+		TenantID: b.tenant.ID, Type: typ, AggregateType: "test", AggregateID: uuid.New(),
+		IdempotencyKey: "key-" + uuid.NewString(), OccurredAt: b.clock.Now(), Payload: map[string]any{"n": 1},
 	}
 }
 
@@ -169,21 +132,6 @@ func (b *testBundle) streamIDs(t *testing.T) map[string]int {
 		ids[m.Header.Get(jetstream.MsgIDHeader)]++
 	}
 	return ids
-}
-
-// waitFor polls cond until it holds or timeout passes; what says what the
-// test was waiting for.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 func describe(ids map[string]int) string {

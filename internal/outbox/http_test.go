@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 type listedEvent struct {
@@ -44,20 +44,12 @@ func TestEventsListShowsDeliveryState(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	svc := tenants.NewService(b.pool, 0, b.clock.now)
-	tenant, key, err := svc.Create(ctx, "events-"+uuid.NewString()[:8], "Events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, otherKey, err := svc.Create(ctx, "other-"+uuid.NewString()[:8], "Other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.tenantID = tenant.ID
+	svc := tenants.NewService(b.pool, 0, b.clock.Now)
+	key, otherKey := b.tenant.APIKey, testkit.NewTenant(t, b.pool).APIKey
 	processed := b.appendEvent(t, "payment.succeeded")
 	stuck := b.appendEvent(t, "order.created")
 	pending := b.appendEvent(t, "order.created")
-	_, err = b.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now(), attempts = 1 WHERE id = $1`, processed)
+	_, err := b.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now(), attempts = 1 WHERE id = $1`, processed)
 	if err != nil {
 		t.Fatal(err)
 	}
