@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 func TestFulfillsAPaidOrder(t *testing.T) {
@@ -25,7 +26,7 @@ func TestFulfillsAPaidOrder(t *testing.T) {
 	b.runConsumer(t, fulfillment.Config{})
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 3}, line{skuKettle, 1})
-	waitFor(t, 20*time.Second, "the order to be fulfilled", func() bool { return len(b.rec.get(event)) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the order to be fulfilled", func() bool { return len(b.rec.get(event)) == 1 })
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Fulfilled) {
 		t.Fatalf("outcomes = %v, want [fulfilled]", got)
 	}
@@ -71,7 +72,7 @@ func TestDrill4ConsumerCommitsAndDiesBeforeAck(t *testing.T) {
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 2})
 
-	waitFor(t, 20*time.Second, "the redelivery after the lost ack", func() bool { return len(b.rec.get(event)) >= 2 })
+	testkit.WaitFor(t, 20*time.Second, "the redelivery after the lost ack", func() bool { return len(b.rec.get(event)) >= 2 })
 	b.settled(t)
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Fulfilled, fulfillment.Duplicate) {
 		t.Fatalf("outcomes = %v, want [fulfilled duplicate]", got)
@@ -113,7 +114,7 @@ func TestDrill6SameEventPublishedTwice(t *testing.T) {
 	if _, err := d.DispatchOnce(ctx); err == nil {
 		t.Fatal("the crash hook did not stop the round")
 	}
-	b.clock.advance(time.Minute) // the crashed dispatcher's lease runs out
+	b.clock.Advance(time.Minute) // the crashed dispatcher's lease runs out
 	if res, err := d.DispatchOnce(ctx); err != nil || res.Published != 1 {
 		t.Fatalf("second publish: %+v, %v", res, err)
 	}
@@ -143,12 +144,12 @@ func TestDrill6SameEventPublishedAfterTheDuplicateWindow(t *testing.T) {
 	b.runConsumer(t, fulfillment.Config{})
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 4})
-	waitFor(t, 20*time.Second, "the first delivery", func() bool { return len(b.rec.get(event)) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the first delivery", func() bool { return len(b.rec.get(event)) == 1 })
 
 	admin := outbox.NewAdmin(b.pool, b.nats.JS, b.logger)
 	ctx := context.Background()
 	duplicates := 0
-	waitFor(t, 20*time.Second, "the duplicate window to pass", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the duplicate window to pass", func() bool {
 		res, err := admin.Replay(ctx, event)
 		if err != nil {
 			t.Fatalf("publish again: %v", err)
@@ -159,7 +160,7 @@ func TestDrill6SameEventPublishedAfterTheDuplicateWindow(t *testing.T) {
 		return !res.Duplicate
 	})
 	t.Logf("JetStream dropped %d publishes inside the window before storing the event again", duplicates)
-	waitFor(t, 20*time.Second, "the second delivery", func() bool { return len(b.rec.get(event)) == 2 })
+	testkit.WaitFor(t, 20*time.Second, "the second delivery", func() bool { return len(b.rec.get(event)) == 2 })
 	b.settled(t)
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Fulfilled, fulfillment.Duplicate) {
 		t.Fatalf("outcomes = %v, want [fulfilled duplicate]", got)
@@ -182,7 +183,7 @@ func TestOperatorReplayIsIgnoredByTheConsumer(t *testing.T) {
 	b.runDispatcher(t)
 	order, paid := b.paidOrder(t, line{skuKettle, 1})
 	refund := b.refundEvent(t, order, 400, 400, 1000)
-	waitFor(t, 20*time.Second, "both events to be processed", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both events to be processed", func() bool {
 		return len(b.rec.get(paid)) == 1 && len(b.rec.get(refund)) == 1
 	})
 	if got := b.rec.get(refund); !outcomesEqual(got, fulfillment.RefundNoted) {
@@ -210,8 +211,8 @@ func TestOperatorReplayIsIgnoredByTheConsumer(t *testing.T) {
 		return body.Duplicate
 	}
 	// Inside the window JetStream drops the replay; poll until it stores it.
-	waitFor(t, 20*time.Second, "a replay outside the duplicate window", func() bool { return !replay() })
-	waitFor(t, 20*time.Second, "the replay's delivery", func() bool { return len(b.rec.get(refund)) == 2 })
+	testkit.WaitFor(t, 20*time.Second, "a replay outside the duplicate window", func() bool { return !replay() })
+	testkit.WaitFor(t, 20*time.Second, "the replay's delivery", func() bool { return len(b.rec.get(refund)) == 2 })
 	b.settled(t)
 	if got := b.rec.get(refund); !outcomesEqual(got, fulfillment.RefundNoted, fulfillment.Duplicate) {
 		t.Fatalf("refund outcomes = %v, want [refund_noted duplicate]", got)
@@ -234,7 +235,7 @@ func TestStockNeverGoesNegative(t *testing.T) {
 	b.runConsumer(t, fulfillment.Config{Workers: 8})
 	b.runDispatcher(t)
 	big, bigEvent := b.paidOrder(t, line{skuMug, mugStock + 1}, line{skuKettle, 1})
-	waitFor(t, 20*time.Second, "the oversized order", func() bool { return len(b.rec.get(bigEvent)) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the oversized order", func() bool { return len(b.rec.get(bigEvent)) == 1 })
 	if got := b.rec.get(bigEvent); !outcomesEqual(got, fulfillment.Backordered) {
 		t.Fatalf("oversized order: %v, want [backordered]", got)
 	}
@@ -247,7 +248,7 @@ func TestStockNeverGoesNegative(t *testing.T) {
 		o, _ := b.paidOrder(t, line{skuMug, 1})
 		orders = append(orders, o)
 	}
-	waitFor(t, 30*time.Second, "every order to be handled", func() bool { return b.rec.total() == 1+2*mugStock })
+	testkit.WaitFor(t, 30*time.Second, "every order to be handled", func() bool { return b.rec.total() == 1+2*mugStock })
 	fulfilled, backordered := 0, 0
 	for _, o := range orders {
 		switch b.status(t, o) {
@@ -276,7 +277,7 @@ func TestOrderWithAnUnknownProductIsBackordered(t *testing.T) {
 	b.runConsumer(t, fulfillment.Config{})
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 1}, line{"discontinued", 1})
-	waitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Backordered) {
 		t.Fatalf("outcomes = %v, want [backordered]", got)
 	}
@@ -300,7 +301,7 @@ func TestRefundedOrderIsNotFulfilled(t *testing.T) {
 	}
 	b.runConsumer(t, fulfillment.Config{})
 	b.runDispatcher(t)
-	waitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Skipped) {
 		t.Fatalf("outcomes = %v, want [skipped]", got)
 	}
@@ -321,11 +322,11 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	for range n {
 		b.paidOrder(t, line{skuKettle, 1})
 	}
-	waitFor(t, 20*time.Second, "the events to wait with failed attempts", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the events to wait with failed attempts", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE attempts >= 1 AND published_at IS NULL`) == n
 	})
 	b.nats.Restart(t)
-	waitFor(t, 30*time.Second, "every order to be fulfilled", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every order to be fulfilled", func() bool {
 		return b.count(t, `SELECT count(*) FROM orders WHERE status = 'fulfilled'`) == n
 	})
 	b.settled(t)

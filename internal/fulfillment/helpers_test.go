@@ -21,7 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // testBundle is the pipeline end to end on one database and one embedded
@@ -31,26 +31,9 @@ type testBundle struct {
 	pool     *pgxpool.Pool
 	nats     *brokertest.Bundle
 	logger   *slog.Logger
-	clock    *testClock
+	clock    *testkit.Clock
 	rec      *recorder
 	tenantID uuid.UUID
-}
-
-type testClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
 }
 
 // recorder is the consumer's AfterCommit hook: it records every outcome by
@@ -98,19 +81,16 @@ const (
 func setup(t *testing.T, streams broker.StreamsConfig) *testBundle {
 	t.Helper()
 	b := &testBundle{
-		pool:     testdb.Pool(t),
-		clock:    &testClock{},
-		rec:      &recorder{outcomes: make(map[string][]fulfillment.Outcome)},
-		tenantID: uuid.New(),
+		pool:  testkit.Pool(t),
+		clock: testkit.NewClock(),
+		rec:   &recorder{outcomes: make(map[string][]fulfillment.Outcome)},
 	}
 	b.nats = brokertest.Start(t, streams)
 	b.logger = b.nats.Logger
-	ctx := context.Background()
-	if _, err := b.pool.Exec(ctx, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'Test', now())`,
-		b.tenantID, "t-"+b.tenantID.String()[:8]); err != nil {
-		t.Fatalf("insert tenant: %v", err)
-	}
-	if _, err := b.pool.Exec(ctx, `INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
+	b.tenantID = testkit.NewTenant(t, b.pool).ID
+	// The catalog is the orders feature's table; no service method sets
+	// a product's stock, which these tests need small.
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
 		VALUES ($1, $2, 'Mug', 1500, 'EUR', $3), ($1, $4, 'Kettle', 5900, 'EUR', 1000)`,
 		b.tenantID, skuMug, mugStock, skuKettle); err != nil {
 		t.Fatalf("insert products: %v", err)
@@ -131,7 +111,7 @@ func fastDispatcherConfig() outbox.DispatcherConfig {
 // dispatcher returns a dispatcher closed when the test ends.
 func (b *testBundle) dispatcher(t *testing.T, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
 	t.Helper()
-	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.now, hooks)
+	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.Now, hooks)
 	if err != nil {
 		t.Fatalf("new dispatcher: %v", err)
 	}
@@ -155,7 +135,7 @@ func newOrderService(pool *pgxpool.Pool, logger *slog.Logger, now func() time.Ti
 // runConsumer declares the consumer and runs it until the test ends.
 func (b *testBundle) runConsumer(t *testing.T, cfg fulfillment.Config) *fulfillment.Consumer {
 	t.Helper()
-	c := fulfillment.New(b.pool, b.nats.JS, newOrderService(b.pool, b.logger, b.clock.now), cfg, b.logger, b.clock.now, fulfillment.Hooks{AfterCommit: b.rec.afterCommit})
+	c := fulfillment.New(b.pool, b.nats.JS, newOrderService(b.pool, b.logger, b.clock.Now), cfg, b.logger, b.clock.Now, fulfillment.Hooks{AfterCommit: b.rec.afterCommit})
 	if _, err := c.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +181,7 @@ func (b *testBundle) paidOrder(t *testing.T, lines ...line) (orderID, eventID uu
 		var err error
 		eventID, err = outbox.Append(ctx, tx, outbox.Event{
 			TenantID: b.tenantID, Type: fulfillment.EventPaymentSucceeded, AggregateType: "payment", AggregateID: paymentID,
-			IdempotencyKey: "pay-" + orderID.String(), OccurredAt: b.clock.now(),
+			IdempotencyKey: "pay-" + orderID.String(), OccurredAt: b.clock.Now(),
 			Payload: map[string]any{"id": paymentID, "order_id": orderID, "status": "succeeded", "amount": 1000, "currency": "EUR"},
 		})
 		return err
@@ -221,7 +201,7 @@ func (b *testBundle) refundEvent(t *testing.T, orderID uuid.UUID, amount, refund
 		var err error
 		id, err = outbox.Append(context.Background(), tx, outbox.Event{
 			TenantID: b.tenantID, Type: fulfillment.EventRefundSucceeded, AggregateType: "refund", AggregateID: refundID,
-			IdempotencyKey: "refund-" + refundID.String(), OccurredAt: b.clock.now(),
+			IdempotencyKey: "refund-" + refundID.String(), OccurredAt: b.clock.Now(),
 			Payload: map[string]any{
 				"refund":     map[string]any{"id": refundID, "amount": amount, "status": "succeeded"},
 				"payment_id": uuid.New(), "order_id": orderID, "amount_refunded": refunded, "payment_amount": paid,
@@ -264,7 +244,7 @@ func (b *testBundle) notifications(t *testing.T, orderID uuid.UUID, kind string)
 // settled waits until the consumer has nothing pending or unacknowledged.
 func (b *testBundle) settled(t *testing.T) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "the consumer to have nothing pending", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the consumer to have nothing pending", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := b.nats.JS.Consumer(ctx, broker.StreamEvents, fulfillment.Subscriber)
@@ -274,19 +254,6 @@ func (b *testBundle) settled(t *testing.T) {
 		info, err := c.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 func outcomesEqual(got []fulfillment.Outcome, want ...fulfillment.Outcome) bool {
