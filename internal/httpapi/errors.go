@@ -12,10 +12,12 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// errorHandler is echo's HTTPErrorHandler: the one place where an error
+// ErrorHandler is echo's HTTPErrorHandler: the one place where an error
 // becomes a response. A 5xx body says nothing internal; the log says
-// everything.
-func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+// everything. New installs it; a feature's handlers served on their own echo
+// (in that feature's tests) install it too, so they answer exactly as the
+// service does.
+func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		pe := toProblem(err)
 		status := problem.Status(pe.Code)

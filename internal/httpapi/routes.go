@@ -55,7 +55,7 @@ func New(d Deps) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(d.Logger)
+	e.HTTPErrorHandler = ErrorHandler(d.Logger)
 	// Recover turns a panic into a 500 problem and a log line, never a dead
 	// process; it runs inside the logger so the 500 is logged.
 	e.Use(
