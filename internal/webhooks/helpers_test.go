@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,30 +20,22 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
+// newClock returns the webhook tests' clock: stopped, so that a delivery
+// stamped now is exactly as old as the test says when it is verified.
+func newClock() *testkit.Clock {
+	return testkit.StoppedClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 }
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
 
 // secret returns a whsec_ secret and its key bytes, built from seed.
 func secret(t testing.TB, seed string) (string, []byte) {
@@ -62,7 +52,7 @@ func secret(t testing.TB, seed string) (string, []byte) {
 // database. The verifier accepts the current and the old secret.
 type bundle struct {
 	pool    *pgxpool.Pool
-	clock   *clock
+	clock   *testkit.Clock
 	worker  *webhooks.Worker
 	url     string
 	client  *http.Client
@@ -73,22 +63,22 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := testdb.Pool(t)
+	pool := testkit.Pool(t)
 	clk := newClock()
-	logger := slog.New(slog.DiscardHandler)
+	logger := testkit.Logger(t)
 	curSecret, cur := secret(t, "current")
 	oldSecret, old := secret(t, "old")
 	_, unknown := secret(t, "unknown")
-	v, err := webhooks.NewVerifier([]string{curSecret, oldSecret}, 5*time.Minute, clk.now)
+	v, err := webhooks.NewVerifier([]string{curSecret, oldSecret}, 5*time.Minute, clk.Now)
 	if err != nil {
 		t.Fatalf("NewVerifier: %v", err)
 	}
-	worker := newWorker(pool, clk)
-	recv := webhooks.NewReceiver(pool, v, logger, clk.now, worker.Notify)
+	worker := newWorker(pool, clk, logger)
+	recv := webhooks.NewReceiver(pool, v, logger, clk.Now, worker.Notify)
 
 	e := echo.New()
 	e.HideBanner = true
-	e.HTTPErrorHandler = renderProblem
+	e.HTTPErrorHandler = httpapi.ErrorHandler(logger)
 	e.Use(middleware.BodyLimit("64K"))
 	e.POST("/webhooks/psp", recv.Handle)
 	srv := httptest.NewServer(e)
@@ -101,31 +91,12 @@ func setup(t *testing.T) *bundle {
 
 // newWorker returns a worker with its own payments service, as another
 // process would have. The provider is never called on the worker's path.
-func newWorker(pool *pgxpool.Pool, clk *clock) *webhooks.Worker {
-	logger := slog.New(slog.DiscardHandler)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour, payments.OpPay: time.Hour, payments.OpRefund: time.Hour}, 30*time.Second, clk.now)
+func newWorker(pool *pgxpool.Pool, clk *testkit.Clock, logger *slog.Logger) *webhooks.Worker {
+	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour, payments.OpPay: time.Hour, payments.OpRefund: time.Hour}, 30*time.Second, clk.Now)
 	ops := operation.NewRunner(pool, store, logger)
-	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.now),
-		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.now)
-	return webhooks.NewWorker(pool, svc, nil, logger, clk.now)
-}
-
-// renderProblem stands in for httpapi's error handler: problems as RFC 9457
-// bodies, anything else as a 500 naming the error (so a test failure says
-// what went wrong).
-func renderProblem(err error, c echo.Context) {
-	var pe *problem.Error
-	if !errors.As(err, &pe) {
-		var he *echo.HTTPError
-		if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
-			pe = problem.New(problem.RequestTooLarge, "too large")
-		} else {
-			pe = &problem.Error{Code: problem.Internal, Detail: err.Error()}
-		}
-	}
-	c.Response().Header().Set(echo.HeaderContentType, problem.ContentType)
-	c.Response().WriteHeader(problem.Status(pe.Code))
-	_, _ = c.Response().Write(pe.JSON())
+	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.Now),
+		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.Now)
+	return webhooks.NewWorker(pool, svc, nil, logger, clk.Now)
 }
 
 type response struct {
@@ -184,7 +155,7 @@ func signedHeaders(id string, ts int64, body []byte, keys ...[]byte) map[string]
 // secret, as the provider does.
 func (b *bundle) deliver(t *testing.T, id string, body []byte) response {
 	t.Helper()
-	return b.post(t, signedHeaders(id, b.clock.now().Unix(), body, b.current), body)
+	return b.post(t, signedHeaders(id, b.clock.Now().Unix(), body, b.current), body)
 }
 
 // wantReceived fails unless r accepted the delivery with the given
@@ -272,9 +243,8 @@ type fixture struct {
 // order is paid when the payment succeeded, awaiting payment otherwise).
 func (b *bundle) payment(t *testing.T, status payments.Status) fixture {
 	t.Helper()
-	f := fixture{tenant: uuid.New(), order: uuid.New(), payment: uuid.New()}
-	now := b.clock.now()
-	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', $3)`, f.tenant, f.tenant.String(), now)
+	f := fixture{tenant: testkit.NewTenant(t, b.pool).ID, order: uuid.New(), payment: uuid.New()}
+	now := b.clock.Now()
 	orderStatus := "awaiting_payment"
 	var chargeID *string
 	if status == payments.StatusSucceeded {
@@ -296,7 +266,7 @@ func (b *bundle) pendingRefund(t *testing.T, f fixture, reserve bool) uuid.UUID 
 	t.Helper()
 	id := uuid.New()
 	b.exec(t, `INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
-		VALUES ($1, $2, $3, 'refund-key', '\x00', $4, 'pending', $5, $6, $6)`, id, f.tenant, f.payment, "rk_"+id.String(), paymentAmount, b.clock.now())
+		VALUES ($1, $2, $3, 'refund-key', '\x00', $4, 'pending', $5, $6, $6)`, id, f.tenant, f.payment, "rk_"+id.String(), paymentAmount, b.clock.Now())
 	if reserve {
 		b.exec(t, `UPDATE payments SET refund_reserved = amount WHERE id = $1`, f.payment)
 	}

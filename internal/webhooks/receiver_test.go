@@ -19,8 +19,8 @@ func TestUnverifiedDeliveriesAreRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.now().Unix())
-	now := b.clock.now().Unix()
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	now := b.clock.Now().Unix()
 	without := func(h map[string]string, name string) map[string]string {
 		delete(h, name)
 		return h
@@ -66,8 +66,8 @@ func TestRotatedSecret(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.now().Unix())
-	now := b.clock.now().Unix()
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	now := b.clock.Now().Unix()
 
 	wantReceived(t, b.post(t, signedHeaders("msg_old", now, body, b.old), body), false)
 	wantReceived(t, b.post(t, signedHeaders("msg_both", now, body, b.unknown, b.current), body), false)
@@ -133,10 +133,10 @@ func TestDrill5_SameWebhookThreeTimes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 
 	wantReceived(t, b.deliver(t, "msg_drill5", body), false)
-	b.clock.advance(time.Second) // a retry is stamped anew and signed again
+	b.clock.Advance(time.Second) // a retry is stamped anew and signed again
 	wantReceived(t, b.deliver(t, "msg_drill5", body), true)
 	wantReceived(t, b.deliver(t, "msg_drill5", body), true)
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 1 {
@@ -171,9 +171,9 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	const copies = 8
-	header := signedHeaders("msg_concurrent", b.clock.now().Unix(), body, b.current)
+	header := signedHeaders("msg_concurrent", b.clock.Now().Unix(), body, b.current)
 	answers := make([]response, copies)
 	errs := make([]error, copies)
 	var wg sync.WaitGroup

@@ -59,12 +59,12 @@ func TestVerify(t *testing.T) {
 	cur, curKey := secret(t, "current")
 	old, oldKey := secret(t, "old")
 	_, unknownKey := secret(t, "unknown")
-	v, err := webhooks.NewVerifier([]string{cur, old}, 0, clk.now) // 0: the default, 5 minutes
+	v, err := webhooks.NewVerifier([]string{cur, old}, 0, clk.Now) // 0: the default, 5 minutes
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"id":"evt_1"}`)
-	now := clk.now().Unix()
+	now := clk.Now().Unix()
 	ts := strconv.FormatInt(now, 10)
 	at := func(sec int64) string { return strconv.FormatInt(sec, 10) }
 	for _, tc := range []struct {
@@ -105,7 +105,7 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("Verify of a changed body = %v, want ErrUnverified", err)
 	}
 	// The clock is the verifier's: the same delivery goes stale as it ages.
-	clk.advance(5*time.Minute + time.Second)
+	clk.Advance(5*time.Minute + time.Second)
 	if err := v.Verify(h, body); !errors.Is(err, webhooks.ErrUnverified) {
 		t.Fatalf("Verify after 5m1s = %v, want ErrUnverified", err)
 	}

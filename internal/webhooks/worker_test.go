@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -36,12 +37,12 @@ func TestPendingPaymentCompletedByWebhook(t *testing.T) {
 			return b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = $1 AND processed_at IS NOT NULL`, id) == 1
 		}
 	}
-	wantReceived(t, b.deliver(t, "msg_paid", chargeEvent(t, webhooks.EventChargeSucceeded, paid.payment.String(), chargeIDOf(paid.payment), b.clock.now().Unix())), false)
-	waitFor(t, 20*time.Second, processed("msg_paid"))
+	wantReceived(t, b.deliver(t, "msg_paid", chargeEvent(t, webhooks.EventChargeSucceeded, paid.payment.String(), chargeIDOf(paid.payment), b.clock.Now().Unix())), false)
+	testkit.WaitFor(t, 20*time.Second, "the worker to process msg_paid", processed("msg_paid"))
 	// Run's first round is over now: only the receiver's signal can start
 	// the round that applies the next delivery.
-	wantReceived(t, b.deliver(t, "msg_declined", chargeEvent(t, webhooks.EventChargeFailed, declined.payment.String(), chargeIDOf(declined.payment), b.clock.now().Unix())), false)
-	waitFor(t, 20*time.Second, processed("msg_declined"))
+	wantReceived(t, b.deliver(t, "msg_declined", chargeEvent(t, webhooks.EventChargeFailed, declined.payment.String(), chargeIDOf(declined.payment), b.clock.Now().Unix())), false)
+	testkit.WaitFor(t, 20*time.Second, "the worker to process msg_declined", processed("msg_declined"))
 	if got, want := b.state(t, paid), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
 		t.Fatalf("paid: state = %+v, want %+v", got, want)
 	}
@@ -53,26 +54,12 @@ func TestPendingPaymentCompletedByWebhook(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		<-tick.C
-	}
-}
-
 // Late and reordered events only move states forward: nothing moves back,
 // and no extra event is emitted.
 func TestLateEventsOnlyMoveForward(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 
 	// charge.failed after charge.succeeded changes nothing.
 	succeeded := b.payment(t, payments.StatusPending)
@@ -142,7 +129,7 @@ func TestUnknownReferenceIsNotRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	other := b.payment(t, payments.StatusSucceeded)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 	for id, body := range map[string][]byte{
 		"msg_unknown_payment": chargeEvent(t, webhooks.EventChargeSucceeded, uuid.NewString(), "ch_x1", now),
 		"msg_not_a_uuid":      chargeEvent(t, webhooks.EventChargeFailed, "order-1234", "ch_x2", now),
@@ -157,7 +144,7 @@ func TestUnknownReferenceIsNotRetried(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'not applied:%'`); n != 4 {
 		t.Fatalf("receipts processed with a note = %d, want 4", n)
 	}
-	b.clock.advance(24 * time.Hour)
+	b.clock.Advance(24 * time.Hour)
 	if n := b.processOnce(t, 10); n != 0 {
 		t.Fatalf("ProcessOnce a day later = %d, want 0", n)
 	}
@@ -176,7 +163,7 @@ func TestUnknownReferenceIsNotRetried(t *testing.T) {
 func TestMismatchedEventIsNotApplied(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 	pay := b.payment(t, payments.StatusPending)
 	refunded := b.payment(t, payments.StatusSucceeded)
 	refund := b.pendingRefund(t, refunded, true)
@@ -257,7 +244,7 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 func TestRefundEventFollowsTheProviderStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 	f := b.payment(t, payments.StatusSucceeded)
 	refund := b.pendingRefund(t, f, true)
 	withStatus := func(status string) []byte {
@@ -291,7 +278,7 @@ func TestRefundEventFollowsTheProviderStatus(t *testing.T) {
 func TestFailedApplicationIsRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 	// The refund's amount is not reserved on its payment, so recording it
 	// breaks a CHECK constraint: a failure that no retry fixes by itself.
 	broken := b.payment(t, payments.StatusSucceeded)
@@ -326,7 +313,7 @@ func TestFailedApplicationIsRetried(t *testing.T) {
 		t.Fatalf("ProcessOnce at once = %d, want 0", n)
 	}
 	wantBroken(1)
-	b.clock.advance(time.Second)
+	b.clock.Advance(time.Second)
 	if n := b.processOnce(t, 10); n != 0 {
 		t.Fatalf("ProcessOnce after 1s = %d, want 0", n)
 	}
@@ -336,7 +323,7 @@ func TestFailedApplicationIsRetried(t *testing.T) {
 	if n := b.processOnce(t, 10); n != 0 {
 		t.Fatalf("ProcessOnce before the backoff ends = %d, want 0", n)
 	}
-	b.clock.advance(2 * time.Second)
+	b.clock.Advance(2 * time.Second)
 	if n := b.processOnce(t, 10); n != 1 {
 		t.Fatalf("ProcessOnce after the fix = %d, want 1", n)
 	}
@@ -357,7 +344,7 @@ func TestConcurrentWorkers(t *testing.T) {
 
 	const n = 20
 	fixtures := make([]fixture, n)
-	now := b.clock.now().Unix()
+	now := b.clock.Now().Unix()
 	for i := range fixtures {
 		fixtures[i] = b.payment(t, payments.StatusPending)
 		// Two deliveries per payment (the provider resent the event under a
@@ -368,7 +355,7 @@ func TestConcurrentWorkers(t *testing.T) {
 		}
 	}
 
-	workers := []*webhooks.Worker{b.worker, newWorker(b.pool, b.clock)}
+	workers := []*webhooks.Worker{b.worker, newWorker(b.pool, b.clock, testkit.Logger(t))}
 	totals := make([]int, len(workers))
 	errs := make([]error, len(workers))
 	var wg sync.WaitGroup
