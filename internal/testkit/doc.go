@@ -1,7 +1,8 @@
 // Package testkit is the one kit the service's tests share: a clock the test
 // moves forward, a polling wait with a deadline, a logger that writes to the
-// test log, and the fixtures several packages need (a fresh migrated
-// database, tenants with API keys, the demo tenants).
+// test log, the fixtures several packages need (a fresh migrated database,
+// tenants with API keys, the demo tenants), and the reading of an HTTP
+// answer and of its problem+json body.
 //
 // It serves the developer rules on tests: real parts (a real PostgreSQL per
 // test, never a mock of it) and no sleeps to wait for asynchronous work

@@ -3,6 +3,8 @@ package testkit_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/testkit"
 )
@@ -258,6 +261,49 @@ func TestNoBinaryLinksTheKit(t *testing.T) {
 			if dep == testOnly {
 				t.Errorf("a program links %s; only tests may import it", dep)
 			}
+		}
+	}
+}
+
+func TestWantProblemChecksStatusTypeAndCode(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pe := problem.Validation(problem.FieldError{Field: "items[0].sku", Message: "unknown SKU"})
+		if r.URL.Path == "/plain" {
+			w.Header().Set("Content-Type", "application/json")
+		} else {
+			w.Header().Set("Content-Type", problem.ContentType)
+		}
+		w.WriteHeader(problem.Status(pe.Code))
+		_, _ = w.Write(pe.JSON())
+	}))
+	t.Cleanup(srv.Close)
+	get := func(path string) testkit.Response {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testkit.Do(t, srv.Client(), req)
+	}
+
+	p := testkit.WantProblem(t, get("/"), http.StatusUnprocessableEntity, problem.ValidationFailed)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "items[0].sku" || p.Type != "urn:oncepay:problem:validation_failed" {
+		t.Fatalf("problem = %+v", p)
+	}
+	for _, tc := range []struct {
+		path   string
+		status int
+		code   problem.Code
+		want   string
+	}{
+		{"/", http.StatusConflict, problem.ValidationFailed, "status = 422, want 409"},
+		{"/", http.StatusUnprocessableEntity, problem.IdempotencyKeyReused, `problem code "validation_failed", status 422; want "idempotency_key_reused", 422`},
+		{"/plain", http.StatusUnprocessableEntity, problem.ValidationFailed, `Content-Type = "application/json"`},
+	} {
+		r := &fatalRecorder{TB: t}
+		res := get(tc.path)
+		if r.run(func(tb testing.TB) { testkit.WantProblem(tb, res, tc.status, tc.code) }) || !strings.Contains(r.msg, tc.want) {
+			t.Errorf("WantProblem(%s, %d, %s) failure = %q, want it to say %q", tc.path, tc.status, tc.code, r.msg, tc.want)
 		}
 	}
 }
