@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -25,7 +23,6 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -99,14 +96,8 @@ func newWorker(pool *pgxpool.Pool, clk *testkit.Clock, logger *slog.Logger) *web
 	return webhooks.NewWorker(pool, svc, nil, logger, clk.Now)
 }
 
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
 // post sends body with exactly the given webhook headers.
-func (b *bundle) post(t *testing.T, header map[string]string, body []byte) response {
+func (b *bundle) post(t *testing.T, header map[string]string, body []byte) testkit.Response {
 	t.Helper()
 	r, err := b.try(header, body)
 	if err != nil {
@@ -116,25 +107,16 @@ func (b *bundle) post(t *testing.T, header map[string]string, body []byte) respo
 }
 
 // try is post for goroutines other than the test's: it returns the error.
-func (b *bundle) try(header map[string]string, body []byte) (response, error) {
+func (b *bundle) try(header map[string]string, body []byte) (testkit.Response, error) {
 	req, err := http.NewRequest(http.MethodPost, b.url, bytes.NewReader(body))
 	if err != nil {
-		return response{}, err
+		return testkit.Response{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := b.client.Do(req)
-	if err != nil {
-		return response{}, fmt.Errorf("POST webhook: %w", err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return response{}, fmt.Errorf("read answer: %w", err)
-	}
-	return response{status: res.StatusCode, header: res.Header, body: raw}, nil
+	return testkit.Send(b.client, req)
 }
 
 // signedHeaders returns the headers of a delivery stamped ts and signed with
@@ -153,46 +135,27 @@ func signedHeaders(id string, ts int64, body []byte, keys ...[]byte) map[string]
 
 // deliver sends body as delivery id, stamped now and signed with the current
 // secret, as the provider does.
-func (b *bundle) deliver(t *testing.T, id string, body []byte) response {
+func (b *bundle) deliver(t *testing.T, id string, body []byte) testkit.Response {
 	t.Helper()
 	return b.post(t, signedHeaders(id, b.clock.Now().Unix(), body, b.current), body)
 }
 
 // wantReceived fails unless r accepted the delivery with the given
 // duplicate flag.
-func wantReceived(t *testing.T, r response, duplicate bool) {
+func wantReceived(t *testing.T, r testkit.Response, duplicate bool) {
 	t.Helper()
-	if r.status != http.StatusOK {
-		t.Fatalf("status = %d, want 200; body %s", r.status, r.body)
+	if r.Status != http.StatusOK {
+		t.Fatalf("status = %d, want 200; body %s", r.Status, r.Body)
 	}
 	var got struct {
 		Received  *bool `json:"received"`
 		Duplicate *bool `json:"duplicate"`
 	}
-	if err := json.Unmarshal(r.body, &got); err != nil {
-		t.Fatalf("decode %s: %v", r.body, err)
+	if err := json.Unmarshal(r.Body, &got); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
 	}
 	if got.Received == nil || !*got.Received || got.Duplicate == nil || *got.Duplicate != duplicate {
-		t.Fatalf("answer = %s, want received true, duplicate %v", r.body, duplicate)
-	}
-}
-
-func wantProblem(t *testing.T, r response, status int, code problem.Code) {
-	t.Helper()
-	if r.status != status {
-		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
-	}
-	if ct := r.header.Get("Content-Type"); ct != problem.ContentType {
-		t.Fatalf("Content-Type = %q, want %s", ct, problem.ContentType)
-	}
-	var got struct {
-		Code problem.Code `json:"code"`
-	}
-	if err := json.Unmarshal(r.body, &got); err != nil {
-		t.Fatalf("decode %s: %v", r.body, err)
-	}
-	if got.Code != code {
-		t.Fatalf("code = %q, want %q; body %s", got.Code, code, r.body)
+		t.Fatalf("answer = %s, want received true, duplicate %v", r.Body, duplicate)
 	}
 }
 

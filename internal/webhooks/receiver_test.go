@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -46,7 +47,7 @@ func TestUnverifiedDeliveriesAreRefused(t *testing.T) {
 		{"future timestamp", signedHeaders("msg_1", now+int64((5*time.Minute+time.Second)/time.Second), body, b.current)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, b.post(t, tc.header, body), http.StatusUnauthorized, problem.Unauthorized)
+			testkit.WantProblem(t, b.post(t, tc.header, body), http.StatusUnauthorized, problem.Unauthorized)
 			if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 0 {
 				t.Fatalf("receipts = %d, want 0", n)
 			}
@@ -71,7 +72,7 @@ func TestRotatedSecret(t *testing.T) {
 
 	wantReceived(t, b.post(t, signedHeaders("msg_old", now, body, b.old), body), false)
 	wantReceived(t, b.post(t, signedHeaders("msg_both", now, body, b.unknown, b.current), body), false)
-	wantProblem(t, b.post(t, signedHeaders("msg_unknown", now, body, b.unknown), body), http.StatusUnauthorized, problem.Unauthorized)
+	testkit.WantProblem(t, b.post(t, signedHeaders("msg_unknown", now, body, b.unknown), body), http.StatusUnauthorized, problem.Unauthorized)
 
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 2 {
 		t.Fatalf("receipts = %d, want 2", n)
@@ -110,7 +111,7 @@ func TestMalformedBodiesAreRefused(t *testing.T) {
 		{"NUL in a string", `{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1\u0000","status":"succeeded"}}}`, http.StatusBadRequest, problem.InvalidJSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, b.deliver(t, "msg_"+strings.ReplaceAll(tc.name, " ", "_"), []byte(tc.body)), tc.status, tc.code)
+			testkit.WantProblem(t, b.deliver(t, "msg_"+strings.ReplaceAll(tc.name, " ", "_"), []byte(tc.body)), tc.status, tc.code)
 			if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 0 {
 				t.Fatalf("receipts = %d, want 0", n)
 			}
@@ -118,9 +119,9 @@ func TestMalformedBodiesAreRefused(t *testing.T) {
 	}
 	long := strings.Repeat("m", 256)
 	body := []byte(`{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1","status":"succeeded"}}}`)
-	wantProblem(t, b.deliver(t, long, body), http.StatusUnprocessableEntity, problem.ValidationFailed)
+	testkit.WantProblem(t, b.deliver(t, long, body), http.StatusUnprocessableEntity, problem.ValidationFailed)
 	big := append([]byte(`{"id":"evt_1","pad":"`), strings.Repeat("x", webhooks.MaxBodyBytes)...)
-	wantProblem(t, b.deliver(t, "msg_big", append(big, `"}`...)), http.StatusRequestEntityTooLarge, problem.RequestTooLarge)
+	testkit.WantProblem(t, b.deliver(t, "msg_big", append(big, `"}`...)), http.StatusRequestEntityTooLarge, problem.RequestTooLarge)
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 0 {
 		t.Fatalf("receipts = %d, want 0", n)
 	}
@@ -174,7 +175,7 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	const copies = 8
 	header := signedHeaders("msg_concurrent", b.clock.Now().Unix(), body, b.current)
-	answers := make([]response, copies)
+	answers := make([]testkit.Response, copies)
 	errs := make([]error, copies)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -191,10 +192,10 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
 		}
-		if a.status != http.StatusOK {
-			t.Fatalf("status = %d, body %s", a.status, a.body)
+		if a.Status != http.StatusOK {
+			t.Fatalf("status = %d, body %s", a.Status, a.Body)
 		}
-		if strings.Contains(string(a.body), `"duplicate":false`) {
+		if strings.Contains(string(a.Body), `"duplicate":false`) {
 			fresh++
 		}
 	}
