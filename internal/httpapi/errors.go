@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -39,7 +40,9 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			h.Set("WWW-Authenticate", `Bearer realm="oncepay"`) // RFC 9110: a 401 names its scheme
 		}
 		if pe.RetryAfter > 0 {
-			h.Set("Retry-After", strconv.Itoa(int(pe.RetryAfter.Seconds())))
+			// Whole seconds (RFC 9110), rounded up: a client must not come
+			// back sooner than told, and "0" would mean at once.
+			h.Set("Retry-After", strconv.FormatInt(int64((pe.RetryAfter+time.Second-1)/time.Second), 10))
 		}
 		c.Response().WriteHeader(status)
 		if c.Request().Method != http.MethodHead {

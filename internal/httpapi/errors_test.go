@@ -273,7 +273,8 @@ func TestClientErrorsAreNotLoggedAsFailures(t *testing.T) {
 	}
 }
 
-// Retry-After is sent in whole seconds when the error carries one, and not
+// Retry-After is sent in whole seconds, rounded up so that a client never
+// retries sooner than the error says, when the error carries one, and not
 // otherwise.
 func TestRetryAfterIsSentInSeconds(t *testing.T) {
 	t.Parallel()
@@ -282,7 +283,9 @@ func TestRetryAfterIsSentInSeconds(t *testing.T) {
 		want  string
 	}{
 		{0, ""},
+		{300 * time.Millisecond, "1"},
 		{time.Second, "1"},
+		{1500 * time.Millisecond, "2"},
 		{2 * time.Second, "2"},
 		{30 * time.Second, "30"},
 	} {
