@@ -45,6 +45,10 @@ type Service struct {
 	cache map[[sha256.Size]byte]cached
 }
 
+// maxCachedKeys bounds the key cache. A service has few keys; more than
+// this many good ones is a flood, and the cache starts over.
+const maxCachedKeys = 10_000
+
 type cached struct {
 	tenant  Tenant
 	expires time.Time
@@ -83,7 +87,7 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Tenant, error) 
 	t := Tenant{ID: row.ID, Slug: row.Slug, Name: row.Name}
 	if s.cacheTTL > 0 {
 		s.mu.Lock()
-		if len(s.cache) > 10_000 {
+		if len(s.cache) >= maxCachedKeys {
 			clear(s.cache) // bounded: keys are few, a flood of them is an attack
 		}
 		s.cache[h] = cached{tenant: t, expires: now.Add(s.cacheTTL)}
