@@ -13,7 +13,8 @@
 // SeedDemo, Authenticate), not on their tables, so they keep working whatever
 // the services do inside.
 //
-// Only tests import it; no binary links it (TestNoBinaryLinksTheKit). It
-// imports internal/tenants and internal/testdb, so tests of those packages
-// that need it are external test packages (package tenants_test).
+// Only tests, and test-only packages such as brokertest, import it; no
+// program links it (TestNoBinaryLinksTheKit). It imports internal/tenants,
+// internal/testdb, internal/postgres and internal/problem, so tests of those
+// packages that use it are external test packages (package tenants_test).
 package testkit
