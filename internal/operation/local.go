@@ -97,11 +97,19 @@ func (h Hooks) beforeCommit(op idempotency.Operation, point idempotency.Recovery
 	return h.BeforeCommit(op, point)
 }
 
+func (h Hooks) beforeCall(op idempotency.Operation, point idempotency.RecoveryPoint) error {
+	return crash(h.BeforeCall, op, point)
+}
+
 func (h Hooks) afterCall(op idempotency.Operation, point idempotency.RecoveryPoint) error {
-	if h.AfterCall == nil {
+	return crash(h.AfterCall, op, point)
+}
+
+func crash(hook func(idempotency.Operation, idempotency.RecoveryPoint) error, op idempotency.Operation, point idempotency.RecoveryPoint) error {
+	if hook == nil {
 		return nil
 	}
-	if err := h.AfterCall(op, point); err != nil {
+	if err := hook(op, point); err != nil {
 		return &crashedError{err}
 	}
 	return nil

@@ -89,6 +89,10 @@ func (r *Runner) Store() *idempotency.Store { return r.store }
 // Hooks inject faults for the failure drills; each nil hook does nothing.
 // They exist for tests only (WithHooks).
 type Hooks struct {
+	// BeforeCall runs before a step's outside call, after the step before it
+	// committed. An error stops the operation there, as a crash would: the
+	// claim keeps its lease, and nothing reached the outside world.
+	BeforeCall func(op idempotency.Operation, point idempotency.RecoveryPoint) error
 	// AfterCall runs after a step's outside call returned and before the
 	// step's transaction records its outcome. An error stops the operation
 	// right there, as a crash would (drill 7): the claim keeps its lease,
@@ -100,8 +104,9 @@ type Hooks struct {
 	BeforeCommit func(op idempotency.Operation, point idempotency.RecoveryPoint) error
 }
 
-// crashedError is the AfterCall hook's error: the process "died" there, so
-// nothing of it may run afterwards, release included.
+// crashedError is the error of the BeforeCall and AfterCall hooks: the
+// process "died" there, so nothing of it may run afterwards, release
+// included.
 type crashedError struct{ err error }
 
 func (e *crashedError) Error() string { return e.err.Error() }
@@ -230,7 +235,7 @@ func (r *Runner) releaseOnFreshConn(ctx context.Context, claim *idempotency.Clai
 	return r.releaseOn(ctx, conn, claim)
 }
 
-// isCrash reports whether err is the AfterCall hook's stand-in for a crash.
+// isCrash reports whether err is a hook's stand-in for a crash.
 func isCrash(err error) bool {
 	var c *crashedError
 	return errors.As(err, &c)

@@ -197,6 +197,9 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 			return idempotency.Response{}, fmt.Errorf("operation %s has no step at recovery point %q", p.op, point)
 		}
 		if step.Call != nil {
+			if err := p.r.hooks.beforeCall(p.op, point); err != nil {
+				return idempotency.Response{}, err
+			}
 			if err := step.Call(ctx, a); err != nil {
 				return idempotency.Response{}, err
 			}
