@@ -7,7 +7,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/api ./cmd/api \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/pspsim ./cmd/pspsim
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/pspsim ./proving/cmd/pspsim
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/api /out/pspsim /usr/local/bin/

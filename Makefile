@@ -28,6 +28,7 @@ deps:
 build:
 	@mkdir -p bin
 	$(GO) build -o bin/api ./cmd/api
+	$(GO) build -o bin/pspsim ./proving/cmd/pspsim
 
 ## generate: regenerate internal/dbsqlc from db/queries and db/migrations (sqlc pinned in tools/go.mod)
 generate:
@@ -82,7 +83,7 @@ bench: build
 	 trap 'kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; scripts/postgres.sh --stop bench || true' EXIT; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
-	 $(GO) run ./cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
+	 $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
 ## bench-outbox: outbox burn-down (100,000 events to JetStream) and commit-to-consumed latency at
@@ -92,7 +93,7 @@ OUTBOXBENCH_ARGS ?=
 bench-outbox:
 	@DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
 	 trap 'scripts/postgres.sh --stop bench || true' EXIT; \
-	 $(GO) run ./cmd/outboxbench $(OUTBOXBENCH_ARGS)
+	 $(GO) run ./proving/cmd/outboxbench $(OUTBOXBENCH_ARGS)
 
 ## chaos: start the real stack (2 APIs, pspsim, PostgreSQL, NATS with the outbox) and drive CHAOS_INTENTS
 ##        seeded intents through real faults, then check "charged exactly once" and the other invariants;
@@ -102,7 +103,7 @@ CHAOS_SEED ?= 1
 CHAOS_ARGS ?=
 chaos:
 	@DATABASE_URL="$$(scripts/postgres.sh chaos)"; export DATABASE_URL; \
-	 $(GO) run ./cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
+	 $(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
 
 ## pg-stop: stop the private PostgreSQL clusters
 pg-stop:

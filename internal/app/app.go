@@ -29,10 +29,10 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // stuckAfter is how long a pending operation may outlive its lease before

@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/client"
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // apiClient returns the public Go client of the running service b, for the

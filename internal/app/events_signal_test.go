@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // The outbox has no NOTIFY trigger (it serialized commits): every service

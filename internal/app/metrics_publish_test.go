@@ -15,7 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // scrape reads /metrics into series -> value, each series spelt as the

@@ -29,8 +29,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/openapi"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // The e2e tests talk to the server through b.client. Its transport,

@@ -17,8 +17,8 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // order creates an order and returns its id and amount.

@@ -41,9 +41,9 @@ import (
 	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // ReplayFunc republishes one outbox event, as an operator would: consumers

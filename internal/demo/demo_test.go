@@ -16,7 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // The demo endpoints that read the database are tested end to end in

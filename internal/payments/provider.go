@@ -27,7 +27,7 @@ const (
 var ErrOutcomeUnknown = errors.New("payment provider outcome unknown")
 
 // Provider is the HTTP client of the payment provider (the simulator in
-// internal/pspsim, or anything that speaks its Stripe-like API).
+// proving/pspsim, or anything that speaks its Stripe-like API).
 type Provider struct {
 	baseURL string
 	apiKey  string

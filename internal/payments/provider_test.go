@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // simulator starts the provider simulator behind a loopback HTTP server

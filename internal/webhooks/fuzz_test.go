@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // FuzzCheck feeds arbitrary deliveries to the receiver's verification and

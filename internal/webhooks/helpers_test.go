@@ -23,9 +23,9 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // newClock returns the webhook tests' clock: stopped, so that a delivery

@@ -1,7 +1,7 @@
 // Command pspsim runs the oncepay payment-service-provider simulator: a
 // Stripe-like HTTP API with its own idempotency keys, fault injection and
 // signed webhooks, used by the demo and by end-to-end tests. See package
-// internal/pspsim for the behaviour; this command only wires configuration,
+// proving/pspsim for the behaviour; this command only wires configuration,
 // logging and graceful shutdown.
 package main
 
@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // shutdownTimeout bounds graceful shutdown; requests still running after it

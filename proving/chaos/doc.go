@@ -1,6 +1,6 @@
 // Package chaos proves, under real faults, what the rest of the service
 // promises: duplicate deliveries are normal, duplicate side effects never
-// happen. It is the engine of `make chaos` (cmd/chaos) and of TestChaosShort.
+// happen. It is the engine of `make chaos` (proving/cmd/chaos) and of TestChaosShort.
 //
 // A run starts the real stack as separate processes: two `api serve`
 // processes on one database, one `pspsim` provider simulator (whose ledger is

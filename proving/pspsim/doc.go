@@ -1,7 +1,8 @@
 // Package pspsim is a simulator of a Stripe-like payment service provider
-// (PSP), spoken to over real HTTP/JSON. It is a product part of oncepay, not a
-// test double: the demo and the test suites run the merchant service against
-// it exactly as they would run it against a real provider.
+// (PSP), spoken to over real HTTP/JSON. It belongs to oncepay's proving
+// ground (proving/), not to the service, and it is no test double: the demo
+// and the test suites run the merchant service against it exactly as they
+// would run it against a real provider.
 //
 // # Why it exists
 //

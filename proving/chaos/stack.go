@@ -38,7 +38,7 @@ type Binaries struct {
 // detector, whose reports Check counts as violations.
 func Build(ctx context.Context, repoDir, dir string, race, withNATS bool) (Binaries, error) {
 	b := Binaries{API: filepath.Join(dir, "api"), PSPSim: filepath.Join(dir, "pspsim")}
-	targets := [][2]string{{b.API, "./cmd/api"}, {b.PSPSim, "./cmd/pspsim"}}
+	targets := [][2]string{{b.API, "./cmd/api"}, {b.PSPSim, "./proving/cmd/pspsim"}}
 	if withNATS {
 		b.NATS = filepath.Join(dir, "nats-server")
 		targets = append(targets, [2]string{b.NATS, "github.com/nats-io/nats-server/v2"})

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // syncBuffer is a goroutine-safe log sink.

@@ -1,5 +1,5 @@
 // Command chaos runs the seeded chaos test of oncepay against the real stack
-// and checks that nothing was charged twice (package internal/chaos does
+// and checks that nothing was charged twice (package proving/chaos does
 // the work; docs/RELIABILITY.md explains it).
 //
 //	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race]
@@ -28,7 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/chaos"
+	"github.com/oncepay/oncepay/proving/chaos"
 )
 
 func main() {
