@@ -55,9 +55,10 @@ var (
 // key, 24h key retention, no webhooks and no faults.
 type Config struct {
 	// APIKey, when non-empty, must be presented as "Authorization: Bearer
-	// <APIKey>" on every /v1/* request (401 otherwise), so the merchant's
-	// client proves it sends credentials like it would to a real provider.
-	// The /admin/* and /healthz endpoints never require it.
+	// <APIKey>" on every /v1/* and /admin/* request (401 otherwise), so the
+	// merchant's client proves it sends credentials like it would to a real
+	// provider, and nobody without the key can change the faults. Only
+	// /healthz never requires it.
 	APIKey string
 
 	// KeyRetention is how long the provider remembers an idempotency key

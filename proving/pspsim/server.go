@@ -150,14 +150,17 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/refunds/{id}", s.requireAPIKey(s.handleGetRefund))
 	mux.Handle("GET /v1/ledger", s.requireAPIKey(s.handleLedger))
 
-	mux.HandleFunc("GET /admin/faults", s.handleGetFaults)
-	mux.HandleFunc("PUT /admin/faults", s.handlePutFaults)
-	mux.HandleFunc("POST /admin/reset", s.handleReset)
-	mux.HandleFunc("GET /admin/deliveries", s.handleDeliveries)
+	// The admin API breaks every payment on demand, so it needs the key
+	// as much as /v1/* does.
+	mux.Handle("GET /admin/faults", s.requireAPIKey(s.handleGetFaults))
+	mux.Handle("PUT /admin/faults", s.requireAPIKey(s.handlePutFaults))
+	mux.Handle("POST /admin/reset", s.requireAPIKey(s.handleReset))
+	mux.Handle("GET /admin/deliveries", s.requireAPIKey(s.handleDeliveries))
 	return mux
 }
 
-// requireAPIKey enforces Config.APIKey on /v1/*, comparing in constant time.
+// requireAPIKey enforces Config.APIKey on /v1/* and /admin/*, comparing in
+// constant time.
 func (s *Server) requireAPIKey(next http.HandlerFunc) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next

@@ -551,9 +551,35 @@ func TestAPIKey(t *testing.T) {
 	h.apiKey = "sk_test_wrong"
 	wantError(t, h.must(http.MethodGet, "/v1/charges", "", ""), 401, ErrTypeAuthentication, CodeInvalidAPIKey)
 	h.apiKey = ""
-	for _, path := range []string{"/healthz", "/admin/faults"} {
-		if r := h.must(http.MethodGet, path, "", ""); r.status != http.StatusOK {
-			t.Fatalf("%s without key: got %d, want 200", path, r.status)
+	if r := h.must(http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
+		t.Fatalf("/healthz without key: got %d, want 200", r.status)
+	}
+}
+
+// The admin API can make every payment fail, so it is as closed as /v1/*:
+// without the key nothing about the faults is read or changed.
+func TestAdminNeedsAPIKey(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{APIKey: "sk_test_123", Faults: Faults{LatencyMS: 1}})
+	admin := []struct{ method, path, body string }{
+		{http.MethodGet, "/admin/faults", ""},
+		{http.MethodPut, "/admin/faults", `{"fail_next":5}`},
+		{http.MethodPost, "/admin/reset", ""},
+		{http.MethodGet, "/admin/deliveries", ""},
+	}
+	for _, key := range []string{"", "sk_test_wrong"} {
+		h.apiKey = key
+		for _, a := range admin {
+			wantError(t, h.must(a.method, a.path, "", a.body), 401, ErrTypeAuthentication, CodeInvalidAPIKey)
+		}
+	}
+	if got := h.srv.Faults(); got != (Faults{LatencyMS: 1}) {
+		t.Fatalf("faults after refused admin calls: got %+v, want them unchanged", got)
+	}
+	h.apiKey = "sk_test_123"
+	for _, a := range admin {
+		if r := h.must(a.method, a.path, "", a.body); r.status != http.StatusOK {
+			t.Fatalf("%s %s with key: got %d %s, want 200", a.method, a.path, r.status, r.body)
 		}
 	}
 }

@@ -170,7 +170,7 @@ func parseOptions(args []string, getenv func(string) string, stdout io.Writer) (
 		maxTries int
 	)
 	ef.str(&opts.addr, "addr", "PSP_ADDR", "127.0.0.1:8090", "listen address (host:port; port 0 picks a free port)")
-	ef.secret(&cfg.APIKey, "api-key", "PSP_API_KEY", "if set, /v1/* requires \"Authorization: Bearer <key>\" (prefer the env var: flags show up in ps)")
+	ef.secret(&cfg.APIKey, "api-key", "PSP_API_KEY", "if set, /v1/* and /admin/* require \"Authorization: Bearer <key>\" (prefer the env var: flags show up in ps)")
 	ef.duration(&cfg.KeyRetention, "key-retention", "PSP_KEY_RETENTION", pspsim.DefaultKeyRetention, "how long an Idempotency-Key is remembered; afterwards the same key charges again")
 	ef.str(&cfg.WebhookURL, "webhook-url", "PSP_WEBHOOK_URL", "", "merchant webhook endpoint; empty disables webhooks")
 	ef.secret(&secrets, "webhook-secret", "PSP_WEBHOOK_SECRET", "comma-separated whsec_<base64> signing secrets, current first (several = rotation)")
