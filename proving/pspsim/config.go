@@ -68,14 +68,15 @@ type Config struct {
 	KeyRetention time.Duration
 
 	// WebhookURL is the merchant endpoint that receives events; empty
-	// disables webhooks entirely (no events are even queued).
+	// disables webhooks until Server.SetWebhookURL names one (no events are
+	// even queued meanwhile).
 	WebhookURL string
 
 	// WebhookSecrets are the signing secrets, each "whsec_<base64 of the
 	// secret bytes>". The first is the current one; with several, every
 	// delivery carries one signature per secret (space-separated) so the
 	// merchant can rotate secrets without losing events. Required when
-	// WebhookURL is set.
+	// WebhookURL is set, and before SetWebhookURL.
 	WebhookSecrets []string
 
 	// WebhookBackoffBase is the delay before the first retry of a failed
@@ -215,19 +216,6 @@ func (cfg Config) validate() ([][]byte, error) {
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if cfg.WebhookURL == "" {
-		return nil, nil
-	}
-	u, err := url.Parse(cfg.WebhookURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: parse webhook URL: %w", ErrInvalidConfig, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: webhook URL %q must be absolute http(s)", ErrInvalidConfig, cfg.WebhookURL)
-	}
-	if len(cfg.WebhookSecrets) == 0 {
-		return nil, fmt.Errorf("%w: webhook URL set without a webhook secret", ErrInvalidConfig)
-	}
 	secrets := make([][]byte, 0, len(cfg.WebhookSecrets))
 	for i, s := range cfg.WebhookSecrets {
 		b, err := ParseWebhookSecret(s)
@@ -236,7 +224,28 @@ func (cfg Config) validate() ([][]byte, error) {
 		}
 		secrets = append(secrets, b)
 	}
+	if cfg.WebhookURL != "" {
+		if err := checkWebhookURL(cfg.WebhookURL, len(secrets)); err != nil {
+			return nil, err
+		}
+	}
 	return secrets, nil
+}
+
+// checkWebhookURL reports whether raw can receive webhooks signed with that
+// many secrets: an absolute http(s) URL, and at least one secret.
+func checkWebhookURL(raw string, secrets int) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: parse webhook URL: %w", ErrInvalidConfig, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: webhook URL %q must be absolute http(s)", ErrInvalidConfig, raw)
+	}
+	if secrets == 0 {
+		return fmt.Errorf("%w: webhook URL set without a webhook secret", ErrInvalidConfig)
+	}
+	return nil
 }
 
 // ParseWebhookSecret decodes a Standard Webhooks secret "whsec_<base64>"

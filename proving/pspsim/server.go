@@ -35,7 +35,9 @@ type Server struct {
 	// wake nudges the webhook worker when an event is queued or Run starts.
 	wake chan struct{}
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// webhookURL is where events go; empty: no events are queued.
+	webhookURL  string
 	rng         *rand.Rand
 	faults      Faults
 	keys        map[string]*keyEntry
@@ -69,6 +71,7 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time) (*Server, error)
 		now:        now,
 		secrets:    secrets,
 		wake:       make(chan struct{}, 1),
+		webhookURL: cfg.WebhookURL,
 		rng:        rand.New(rand.NewPCG(cfg.Seed, rngStream)),
 		faults:     cfg.Faults,
 		keys:       make(map[string]*keyEntry),
@@ -86,6 +89,22 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time) (*Server, error)
 // Handler returns the HTTP API; mount it on an http.Server or an
 // httptest.Server.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetWebhookURL names the merchant endpoint that receives the events of
+// every charge and refund from now on, for a merchant whose address is known
+// only once the simulator runs (a service listening on a free port that must
+// be told the simulator's URL first). Deliveries still queued go to the new
+// URL. It fails with ErrInvalidConfig, and changes nothing, when raw is not
+// an absolute http(s) URL or the Server has no webhook secret.
+func (s *Server) SetWebhookURL(raw string) error {
+	if err := checkWebhookURL(raw, len(s.secrets)); err != nil {
+		return fmt.Errorf("set webhook URL: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.webhookURL = raw
+	return nil
+}
 
 // Faults returns the fault settings in force, with one-shot counters as
 // decremented so far.

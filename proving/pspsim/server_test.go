@@ -639,6 +639,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no secret", Config{WebhookURL: "http://127.0.0.1:1/hook"}, nil},
 		{"bad prefix", Config{WebhookURL: "http://127.0.0.1:1/hook", WebhookSecrets: []string{"abc"}}, ErrInvalidWebhookSecret},
 		{"bad base64", Config{WebhookURL: "http://127.0.0.1:1/hook", WebhookSecrets: []string{"whsec_!!"}}, ErrInvalidWebhookSecret},
+		{"bad secret without url", Config{WebhookSecrets: []string{"abc"}}, ErrInvalidWebhookSecret},
 		{"relative url", Config{WebhookURL: "/hook", WebhookSecrets: []string{testSecret("a")}}, nil},
 		{"bad faults", Config{Faults: Faults{FailRate: 2}}, ErrInvalidFaults},
 	} {

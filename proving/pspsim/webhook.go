@@ -111,7 +111,7 @@ func (s *Server) Deliveries() DeliveryStats {
 // configured. The duplicate count is fixed now, from the faults in force
 // when the charge or refund happened. s.mu must be held.
 func (s *Server) enqueueEventLocked(typ string, charge Charge, refund *Refund) {
-	if s.cfg.WebhookURL == "" {
+	if s.webhookURL == "" {
 		return
 	}
 	ev := event{
@@ -132,8 +132,9 @@ func (s *Server) enqueueEventLocked(typ string, charge Charge, refund *Refund) {
 
 // Run delivers webhooks until ctx is cancelled, then returns nil. Only one
 // Run may be active per Server (ErrAlreadyRunning otherwise). Without a
-// WebhookURL it simply waits for ctx. Deliveries still pending when ctx ends
-// stay queued for a later Run; no goroutine outlives the call.
+// webhook URL nothing is queued, so it simply waits for ctx (or for a URL
+// set later and the events that follow). Deliveries still pending when ctx
+// ends stay queued for a later Run; no goroutine outlives the call.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.webhooks.running {
@@ -148,11 +149,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	if s.cfg.WebhookURL == "" {
-		<-ctx.Done()
-		return nil
-	}
-	s.log.Info("webhook delivery started", "url", s.cfg.WebhookURL, "secrets", len(s.secrets))
+	s.mu.Lock()
+	url := s.webhookURL
+	s.mu.Unlock()
+	s.log.Info("webhook delivery started", "url", url, "secrets", len(s.secrets))
 	for ctx.Err() == nil {
 		if !s.releaseBatch(ctx) {
 			break
@@ -301,9 +301,12 @@ func (s *Server) backoff(attempts int) time.Duration {
 
 // post performs one signed HTTP delivery and returns the receiver's status.
 func (s *Server) post(ctx context.Context, ev *outEvent, ts int64, signature string) (int, error) {
+	s.mu.Lock()
+	url := s.webhookURL
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WebhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.WebhookURL, bytes.NewReader(ev.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(ev.body))
 	if err != nil {
 		return 0, fmt.Errorf("build webhook request: %w", err)
 	}

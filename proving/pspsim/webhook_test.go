@@ -304,3 +304,43 @@ func TestBackoffDoublesAndCaps(t *testing.T) {
 		}
 	}
 }
+
+// A merchant that listens only after the simulator runs is named later:
+// events from before are never queued, every one after is delivered there,
+// signed like any other.
+func TestWebhookURLSetAfterStart(t *testing.T) {
+	t.Parallel()
+	secret := testSecret("later")
+	rc := newReceiver(t)
+	cfg := webhookConfig(rc, secret)
+	cfg.WebhookURL = ""
+	h := newHarness(t, cfg)
+	startRun(t, h.srv)
+
+	wantCharge(t, h.charge("k-before", chargeBody(100, PaymentMethodOK, "r")))
+	if st := h.srv.Deliveries(); st.Events != 0 {
+		t.Fatalf("events without a webhook URL: got %d, want 0", st.Events)
+	}
+	if err := h.srv.SetWebhookURL(rc.ts.URL + "/webhooks/psp"); err != nil {
+		t.Fatalf("SetWebhookURL: %v", err)
+	}
+	ch := wantCharge(t, h.charge("k-after", chargeBody(200, PaymentMethodOK, "r")))
+	if st := waitDelivered(t, h.srv); st.Events != 1 || st.Succeeded != 1 {
+		t.Fatalf("stats: got %+v, want 1 event delivered", st)
+	}
+	got := rc.all()
+	if len(got) != 1 || !verifySignature(t, secret, got[0]) {
+		t.Fatalf("received %d webhooks, want 1 signed with the secret", len(got))
+	}
+	if ev := decode[wireEvent](t, got[0].body); ev.Data.Object.ID != ch.ID {
+		t.Fatalf("webhook about charge %s, want %s", ev.Data.Object.ID, ch.ID)
+	}
+
+	if err := h.srv.SetWebhookURL("/relative"); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("SetWebhookURL(relative): got %v, want ErrInvalidConfig", err)
+	}
+	unsigned := newHarness(t, Config{})
+	if err := unsigned.srv.SetWebhookURL(rc.ts.URL); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("SetWebhookURL without a secret: got %v, want ErrInvalidConfig", err)
+	}
+}
