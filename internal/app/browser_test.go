@@ -549,8 +549,10 @@ func TestDemoEndpoints(t *testing.T) {
 	wantProblem(t, b.do(t, "GET", "/demo/orders/not-a-uuid/payments", acme, "", ""), http.StatusNotFound, "not_found")
 	wantProblem(t, b.do(t, "GET", "/demo/orders/"+orderID+"/payments", "", "", ""), http.StatusUnauthorized, "unauthorized")
 
-	// The status needs no key; it names the demo tenants.
-	if s := b.do(t, "GET", "/demo", "", "", ""); s.status != http.StatusOK || !bytes.Contains(s.body, []byte(`"api_key":"sk_test_globex"`)) {
+	// The status needs no key; it names the demo tenants, and the provider,
+	// being the simulator, offers its faults.
+	if s := b.do(t, "GET", "/demo", "", "", ""); s.status != http.StatusOK || !bytes.Contains(s.body, []byte(`"api_key":"sk_test_globex"`)) ||
+		!bytes.Contains(s.body, []byte(`"provider_faults":true`)) {
 		t.Fatalf("GET /demo = %d %s", s.status, s.body)
 	}
 }

@@ -6,9 +6,15 @@
 //     this build offers (no API key needed: the demo keys are public).
 //   - GET  /demo/orders/{id}/payments: every payment attempt of an order,
 //     its refunds, and how often the provider really charged it, read from
-//     the embedded simulator's ledger (the ground truth of "charged once").
+//     the payment simulator's ledger over HTTP (the ground truth of "charged
+//     once").
 //   - GET, PUT /demo/faults: arm the simulator's one-shot faults for its next
-//     call (a timeout, a 5xx, or a charge whose answer is dropped).
+//     call (a timeout, a 5xx, or a charge whose answer is dropped), through
+//     its admin API.
+//
+// The simulator is reached like any provider, at PSP_URL with PSP_API_KEY
+// (Simulator); when the provider is not a simulator, charge counts are null
+// and faults cannot be armed.
 //   - POST /demo/events/{id}/replay: an operator's republish of an outbox
 //     event, through a function injected at construction.
 //   - the X-Demo-Chaos request header (Handler.Chaos): "lose-response" runs
@@ -26,11 +32,13 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,7 +51,6 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/wire"
-	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // ReplayFunc republishes one outbox event, as an operator would: consumers
@@ -54,19 +61,24 @@ type ReplayFunc func(ctx context.Context, eventID uuid.UUID) error
 type Handler struct {
 	enabled bool
 	pool    *pgxpool.Pool
-	psp     *pspsim.Server
+	sim     *Simulator
 	replay  ReplayFunc
 	logger  *slog.Logger
 }
 
 // NewHandler returns the demo handler. enabled is the service's demo mode:
-// when false, every endpoint answers 404 and Chaos refuses its header. psp is
-// the embedded payment simulator, nil when the service talks to an external
-// provider (then charge counts are null and faults cannot be armed). replay
-// republishes an outbox event; nil hides the replay control.
-func NewHandler(enabled bool, pool *pgxpool.Pool, psp *pspsim.Server, replay ReplayFunc, logger *slog.Logger) *Handler {
-	return &Handler{enabled: enabled, pool: pool, psp: psp, replay: replay, logger: logger}
+// when false, every endpoint answers 404 and Chaos refuses its header. sim
+// reaches the payment provider's ledger and faults, when the provider is the
+// simulator; nil (no provider to ask) makes charge counts null and faults
+// unavailable. replay republishes an outbox event; nil hides the replay
+// control.
+func NewHandler(enabled bool, pool *pgxpool.Pool, sim *Simulator, replay ReplayFunc, logger *slog.Logger) *Handler {
+	return &Handler{enabled: enabled, pool: pool, sim: sim, replay: replay, logger: logger}
 }
+
+// paymentMethods are the simulator's test cards, which the demo UI offers:
+// one that succeeds and two that are declined.
+var paymentMethods = []string{"pm_card_ok", "pm_card_declined", "pm_card_insufficient_funds"}
 
 // errDisabled is the answer of every demo endpoint outside demo mode: the
 // same 404 as a route that does not exist.
@@ -83,7 +95,8 @@ type tenantJSON struct {
 type chaosJSON struct {
 	// LoseResponse: the X-Demo-Chaos: lose-response header works.
 	LoseResponse bool `json:"lose_response"`
-	// ProviderFaults: PUT /demo/faults works (the simulator is embedded).
+	// ProviderFaults: PUT /demo/faults works (the provider is a simulator
+	// that answers its admin API).
 	ProviderFaults bool `json:"provider_faults"`
 	// EventReplay: POST /demo/events/{id}/replay works.
 	EventReplay bool `json:"event_replay"`
@@ -97,15 +110,16 @@ type statusJSON struct {
 }
 
 // Status handles GET /demo. It needs no API key: it names the demo tenants
-// and their well-known keys, which the README prints anyway.
+// and their well-known keys, which the README prints anyway. Whether
+// provider faults work is asked of the provider itself, each time.
 func (h *Handler) Status(c echo.Context) error {
 	if !h.enabled {
 		return errDisabled()
 	}
 	out := statusJSON{
 		DemoMode:       true,
-		PaymentMethods: []string{pspsim.PaymentMethodOK, pspsim.PaymentMethodDeclined, pspsim.PaymentMethodInsufficientFunds},
-		Chaos:          chaosJSON{LoseResponse: true, ProviderFaults: h.psp != nil, EventReplay: h.replay != nil},
+		PaymentMethods: paymentMethods,
+		Chaos:          chaosJSON{LoseResponse: true, ProviderFaults: h.providerFaults(c.Request().Context()), EventReplay: h.replay != nil},
 	}
 	for _, t := range tenants.DemoTenants() {
 		out.Tenants = append(out.Tenants, tenantJSON{Slug: t.Slug, Name: t.Name, APIKey: t.APIKey})
@@ -153,7 +167,8 @@ type orderPaymentsJSON struct {
 	Currency    string    `json:"currency"`
 	// Charged counts the provider's succeeded charges over all of the
 	// order's payments: 1 for a paid order, whatever the network did. It
-	// is null when the simulator is not embedded.
+	// is null when the provider's ledger cannot be read (it is no
+	// simulator, or it did not answer).
 	Charged  *int          `json:"charged"`
 	Payments []paymentJSON `json:"payments"`
 	Refunds  []refundJSON  `json:"refunds"`
@@ -208,20 +223,28 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 		OrderID: order.ID, OrderStatus: order.Status, AmountTotal: order.AmountTotal, Currency: order.Currency,
 		Payments: make([]paymentJSON, 0, len(pays)), Refunds: make([]refundJSON, 0, len(refs)),
 	}
-	charged := 0
+	charged, counted := 0, h.sim != nil
 	for _, p := range pays {
 		pj := paymentJSON{
 			ID: p.ID, Status: p.Status, Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod,
 			IdempotencyKey: p.IdempotencyKey, ProviderChargeID: p.ProviderChargeID, FailureCode: p.FailureCode,
 			AmountRefunded: p.AmountRefunded, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		}
-		if h.psp != nil {
-			pj.Provider = ledgerOf(h.psp.Ledger(p.ID.String()))
-			charged += pj.Provider.ChargesSucceeded
+		if counted {
+			l, err := h.sim.ledger(ctx, p.ID.String())
+			if err != nil {
+				// The count is null rather than wrong: one payment
+				// unread would make a paid order look uncharged.
+				h.logSimulatorError(ctx, "demo: provider ledger not read", err)
+				counted = false
+			} else {
+				pj.Provider = ledgerOf(l)
+				charged += pj.Provider.ChargesSucceeded
+			}
 		}
 		out.Payments = append(out.Payments, pj)
 	}
-	if h.psp != nil {
+	if counted {
 		out.Charged = &charged
 	}
 	for _, r := range refs {
@@ -234,18 +257,18 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 }
 
 // ledgerOf summarises the simulator's ledger for one reference.
-func ledgerOf(l pspsim.Ledger) *providerJSON {
+func ledgerOf(l simLedger) *providerJSON {
 	out := &providerJSON{}
 	for _, ch := range l.Charges {
 		switch ch.Status {
-		case pspsim.StatusSucceeded:
+		case simSucceeded:
 			out.ChargesSucceeded++
-		case pspsim.StatusFailed:
+		case simFailed:
 			out.ChargesFailed++
 		}
 	}
 	for _, r := range l.Refunds {
-		if r.Status == pspsim.StatusSucceeded {
+		if r.Status == simSucceeded {
 			out.Refunds++
 			out.AmountRefunded += r.Amount
 		}
@@ -271,16 +294,25 @@ type faultsJSON struct {
 	DropNext *int `json:"drop_next"`
 }
 
-func faultsJSONFrom(f pspsim.Faults) faultsJSON {
-	return faultsJSON{TimeoutNext: &f.TimeoutNext, FailNext: &f.FailNext, DropNext: &f.DropNext}
+// The simulator's fault members behind faultsJSON.
+const (
+	faultTimeoutNext = "timeout_next"
+	faultFailNext    = "fail_next"
+	faultDropNext    = "drop_next"
+)
+
+func faultsJSONFrom(f simFaults) faultsJSON {
+	timeout, fail, drop := f.count(faultTimeoutNext), f.count(faultFailNext), f.count(faultDropNext)
+	return faultsJSON{TimeoutNext: &timeout, FailNext: &fail, DropNext: &drop}
 }
 
 // Faults handles GET /demo/faults: the one-shot faults still armed.
 func (h *Handler) Faults(c echo.Context) error {
-	if err := h.needPSP(); err != nil {
+	f, err := h.simFaults(c.Request().Context())
+	if err != nil {
 		return err
 	}
-	return wire.JSON(c, http.StatusOK, faultsJSONFrom(h.psp.Faults()))
+	return wire.JSON(c, http.StatusOK, faultsJSONFrom(f))
 }
 
 // SetFaults handles PUT /demo/faults: it sets the one-shot counters named in
@@ -288,8 +320,8 @@ func (h *Handler) Faults(c echo.Context) error {
 // other simulator setting. Setting a counter is idempotent: PUT the same body
 // twice and one fault is armed, not two.
 func (h *Handler) SetFaults(c echo.Context) error {
-	if err := h.needPSP(); err != nil {
-		return err
+	if !h.enabled {
+		return errDisabled()
 	}
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
@@ -314,32 +346,67 @@ func (h *Handler) SetFaults(c echo.Context) error {
 	// Read-modify-write of the simulator's settings: two concurrent PUTs may
 	// interleave, which a demo accepts; the simulator's own lock keeps each
 	// call consistent.
-	f := h.psp.Faults()
-	if in.TimeoutNext != nil {
-		f.TimeoutNext = *in.TimeoutNext
+	ctx := c.Request().Context()
+	f, err := h.simFaults(ctx)
+	if err != nil {
+		return err
 	}
-	if in.FailNext != nil {
-		f.FailNext = *in.FailNext
+	for name, v := range map[string]*int{faultTimeoutNext: in.TimeoutNext, faultFailNext: in.FailNext, faultDropNext: in.DropNext} {
+		if v != nil {
+			f[name] = json.RawMessage(strconv.Itoa(*v))
+		}
 	}
-	if in.DropNext != nil {
-		f.DropNext = *in.DropNext
-	}
-	if err := h.psp.SetFaults(f); err != nil {
+	if f, err = h.sim.setFaults(ctx, f); err != nil {
 		return fmt.Errorf("demo faults: %w", err)
 	}
-	h.logger.InfoContext(c.Request().Context(), "demo: provider faults armed",
-		"timeout_next", f.TimeoutNext, "fail_next", f.FailNext, "drop_next", f.DropNext)
-	return wire.JSON(c, http.StatusOK, faultsJSONFrom(h.psp.Faults()))
+	out := faultsJSONFrom(f)
+	h.logger.InfoContext(ctx, "demo: provider faults armed",
+		"timeout_next", *out.TimeoutNext, "fail_next", *out.FailNext, "drop_next", *out.DropNext)
+	return wire.JSON(c, http.StatusOK, out)
 }
 
-func (h *Handler) needPSP() error {
+// simFaults reads the simulator's faults for the fault endpoints: 404 outside
+// demo mode, and when the provider is no simulator that answers us.
+func (h *Handler) simFaults(ctx context.Context) (simFaults, error) {
 	if !h.enabled {
-		return errDisabled()
+		return nil, errDisabled()
 	}
-	if h.psp == nil {
-		return problem.New(problem.NotFound, "Provider faults need the embedded payment simulator; this service talks to PSP_URL.")
+	if h.sim == nil {
+		return nil, problem.New(problem.NotFound, "Provider faults need the payment simulator; no provider is configured.")
 	}
-	return nil
+	f, err := h.sim.faults(ctx)
+	if errors.Is(err, errNotSimulator) {
+		h.logSimulatorError(ctx, "demo: provider faults not available", err)
+		return nil, problem.New(problem.NotFound, "Provider faults need the payment simulator; the provider at PSP_URL does not offer them.")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("demo faults: %w", err)
+	}
+	return f, nil
+}
+
+// providerFaults reports whether the provider is a simulator that answers
+// its admin API with our key.
+func (h *Handler) providerFaults(ctx context.Context) bool {
+	if h.sim == nil {
+		return false
+	}
+	_, err := h.sim.faults(ctx)
+	if err != nil {
+		h.logSimulatorError(ctx, "demo: provider faults not available", err)
+	}
+	return err == nil
+}
+
+// logSimulatorError logs why the simulator could not be used: at debug
+// level when the provider is simply no simulator (a real provider is
+// normal), as a warning when the simulator did not answer.
+func (h *Handler) logSimulatorError(ctx context.Context, msg string, err error) {
+	level := slog.LevelWarn
+	if errors.Is(err, errNotSimulator) {
+		level = slog.LevelDebug
+	}
+	h.logger.Log(ctx, level, msg, "error", err.Error())
 }
 
 type replayJSON struct {

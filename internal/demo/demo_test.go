@@ -3,6 +3,7 @@ package demo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -78,13 +80,34 @@ func wantCode(t *testing.T, res *http.Response, body string, status int, code pr
 
 func logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func newPSP(t *testing.T) *pspsim.Server {
+// simulatorKey is the API key of the tests' simulators: the demo must send
+// it, or the simulator's admin API refuses it.
+const simulatorKey = "sk_sim_demo_test"
+
+// newPSP starts the payment simulator on a loopback port and returns it
+// with the demo's client of it.
+func newPSP(t *testing.T) (*pspsim.Server, *demo.Simulator) {
 	t.Helper()
-	psp, err := pspsim.New(pspsim.Config{}, nil, nil)
+	psp, err := pspsim.New(pspsim.Config{APIKey: simulatorKey}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return psp
+	srv := httptest.NewServer(psp.Handler())
+	t.Cleanup(srv.Close)
+	return psp, demo.NewSimulator(srv.URL, simulatorKey, 5*time.Second)
+}
+
+// notSimulator is a provider that is no simulator: it has no ledger and no
+// admin API, as a real one.
+func notSimulator(t *testing.T) *demo.Simulator {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"resource_missing"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	return demo.NewSimulator(srv.URL, "sk_live_whatever", 5*time.Second)
 }
 
 func TestChaosLoseResponse(t *testing.T) {
@@ -145,7 +168,8 @@ func TestChaosUnknownValue(t *testing.T) {
 func TestEndpointsOutsideDemoMode(t *testing.T) {
 	t.Parallel()
 	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
-	srv, _ := server(t, demo.NewHandler(false, nil, newPSP(t), replay, logger()))
+	_, sim := newPSP(t)
+	srv, _ := server(t, demo.NewHandler(false, nil, sim, replay, logger()))
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/demo", ""},
 		{"GET", "/demo/faults", ""},
@@ -178,13 +202,42 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// provider_faults says whether the configured provider is a simulator that
+// answers its admin API with our key: the simulator does, a provider that
+// is none does not, and neither does a simulator that refuses the key.
+func TestStatusAsksTheProvider(t *testing.T) {
+	t.Parallel()
+	_, sim := newPSP(t)
+	psp, _ := newPSP(t)
+	wrongKey := httptest.NewServer(psp.Handler())
+	t.Cleanup(wrongKey.Close)
+	for _, tc := range []struct {
+		name string
+		sim  *demo.Simulator
+		want bool
+	}{
+		{"simulator", sim, true},
+		{"not a simulator", notSimulator(t), false},
+		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, "sk_sim_wrong", 5*time.Second), false},
+	} {
+		srv, _ := server(t, demo.NewHandler(true, nil, tc.sim, nil, logger()))
+		res, body, err := send(t, srv, "GET", "/demo", "", nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: GET /demo: %v %s", tc.name, err, body)
+		}
+		if want := fmt.Sprintf(`"provider_faults":%t`, tc.want); !strings.Contains(body, want) {
+			t.Errorf("%s: GET /demo = %s, want %s in it", tc.name, body, want)
+		}
+	}
+}
+
 func TestSetFaults(t *testing.T) {
 	t.Parallel()
-	psp := newPSP(t)
+	psp, sim := newPSP(t)
 	if err := psp.SetFaults(pspsim.Faults{LatencyMS: 7, FailNext: 2}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := server(t, demo.NewHandler(true, nil, psp, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(true, nil, sim, nil, logger()))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("PUT /demo/faults: %v %s", err, body)
@@ -214,16 +267,18 @@ func TestSetFaults(t *testing.T) {
 
 func TestWithoutSimulatorOrReplay(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
-	for _, r := range []struct{ method, path, body string }{
-		{"GET", "/demo/faults", ""},
-		{"PUT", "/demo/faults", `{"drop_next":1}`},
-		{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
-	} {
-		res, body, err := send(t, srv, r.method, r.path, r.body, nil)
-		if err != nil {
-			t.Fatal(err)
+	for _, sim := range []*demo.Simulator{nil, notSimulator(t)} {
+		srv, _ := server(t, demo.NewHandler(true, nil, sim, nil, logger()))
+		for _, r := range []struct{ method, path, body string }{
+			{"GET", "/demo/faults", ""},
+			{"PUT", "/demo/faults", `{"drop_next":1}`},
+			{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
+		} {
+			res, body, err := send(t, srv, r.method, r.path, r.body, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
 		}
-		wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
 	}
 }

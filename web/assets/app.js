@@ -697,7 +697,7 @@ function renderLive() {
     el.charged.textContent = '–';
     el.charged.dataset.count = '';
     kpi.dataset.tone = 'neutral';
-    el['charged-note'].textContent = state.demo ? 'the simulator is not embedded' : 'visible in demo mode';
+    el['charged-note'].textContent = state.demo ? 'the provider is not the simulator' : 'visible in demo mode';
   } else {
     el.charged.textContent = `${charged}×`;
     el.charged.dataset.count = String(charged);

@@ -1,0 +1,151 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// errNotSimulator means the provider answered, but not as the payment
+// simulator does: a real provider has no ledger and no fault switches, and a
+// simulator that refuses our API key lets us use neither.
+var errNotSimulator = errors.New("the payment provider is not a simulator that answers us")
+
+// maxSimulatorBody bounds what is read of one answer of the simulator.
+const maxSimulatorBody = 1 << 20
+
+// Simulator reaches the payment simulator's ledger (GET /v1/ledger) and its
+// fault switches (GET and PUT /admin/faults) over HTTP, with the provider's
+// API key, exactly as any other client of the simulator would; the demo
+// does not link the simulator. Against a real provider both answer
+// errNotSimulator.
+type Simulator struct {
+	baseURL string
+	apiKey  string
+	client  *http.Client
+}
+
+// NewSimulator returns the demo's client of the provider at baseURL
+// (PSP_URL), authenticating with apiKey (PSP_API_KEY; empty sends none).
+// timeout bounds each call, so a provider that hangs cannot hold a demo
+// request.
+func NewSimulator(baseURL, apiKey string, timeout time.Duration) *Simulator {
+	return &Simulator{
+		baseURL: strings.TrimRight(baseURL, "/"),
+		apiKey:  apiKey,
+		client:  &http.Client{Timeout: timeout},
+	}
+}
+
+// simLedger is what the demo reads of the simulator's ledger.
+type simLedger struct {
+	Charges []struct {
+		Status string `json:"status"`
+	} `json:"charges"`
+	Refunds []struct {
+		Status string `json:"status"`
+		Amount int64  `json:"amount"`
+	} `json:"refunds"`
+}
+
+// simSucceeded is the status of a charge or refund that moved money.
+const simSucceeded = "succeeded"
+
+// simFailed is the status of a declined charge.
+const simFailed = "failed"
+
+// ledger returns the charges and refunds the simulator recorded for one
+// reference (our payment id, which every charge carries).
+func (s *Simulator) ledger(ctx context.Context, reference string) (simLedger, error) {
+	var l simLedger
+	err := s.call(ctx, http.MethodGet, "/v1/ledger?reference="+url.QueryEscape(reference), nil, &l)
+	if err == nil && (l.Charges == nil || l.Refunds == nil) {
+		err = fmt.Errorf("%w: its ledger has no charges or refunds", errNotSimulator)
+	}
+	return l, err
+}
+
+// simFaults are the simulator's fault settings as it sends them. They are
+// kept as raw members, so that a read-modify-write changes the members the
+// demo knows and hands every other setting back untouched.
+type simFaults map[string]json.RawMessage
+
+// count reads one of the one-shot counters.
+func (f simFaults) count(name string) int {
+	var n int
+	_ = json.Unmarshal(f[name], &n) // absent or odd: 0, as the simulator would start
+	return n
+}
+
+// faults reads the simulator's fault settings. A provider that answers it
+// is a simulator the demo can break on purpose.
+func (s *Simulator) faults(ctx context.Context) (simFaults, error) {
+	var f simFaults
+	if err := s.call(ctx, http.MethodGet, "/admin/faults", nil, &f); err != nil {
+		return nil, err
+	}
+	if _, ok := f["fail_next"]; !ok {
+		return nil, fmt.Errorf("%w: its faults have no fail_next", errNotSimulator)
+	}
+	return f, nil
+}
+
+// setFaults replaces the simulator's fault settings and returns them as it
+// then holds them.
+func (s *Simulator) setFaults(ctx context.Context, f simFaults) (simFaults, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("encode faults: %w", err)
+	}
+	var out simFaults
+	if err := s.call(ctx, http.MethodPut, "/admin/faults", body, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// call sends one request and decodes a 200 answer into out. A 4xx answer is
+// errNotSimulator; a transport error or a 5xx is an error of its own.
+func (s *Simulator) call(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.baseURL+path, rd)
+	if err != nil {
+		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.apiKey)
+	}
+	res, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxSimulatorBody))
+	if err != nil {
+		return fmt.Errorf("simulator %s %s: read answer: %w", method, path, err)
+	}
+	switch {
+	case res.StatusCode == http.StatusOK:
+	case res.StatusCode >= 400 && res.StatusCode < 500:
+		return fmt.Errorf("%w: %s %s answered %d", errNotSimulator, method, path, res.StatusCode)
+	default:
+		return fmt.Errorf("simulator %s %s answered %d", method, path, res.StatusCode)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%w: %s %s: decode answer: %v", errNotSimulator, method, path, err)
+	}
+	return nil
+}
