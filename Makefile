@@ -12,11 +12,10 @@ TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
 .PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench bench-outbox chaos pg-stop clean
 
-## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded
+## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
+##      payment simulator as its own process with a key and a webhook secret made for this run
 run: build
-	@DATABASE_URL="$$(scripts/postgres.sh dev)"; export DATABASE_URL; \
-	 export DEMO_MODE="$${DEMO_MODE:-true}"; \
-	 exec ./bin/api serve
+	@exec scripts/run.sh
 
 ## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck, all tests with -race
 test: deps check-generated check-compose lint unit
@@ -78,10 +77,13 @@ bench: build
 	   if ! (exec 3<>"/dev/tcp/127.0.0.1/$$c") 2>/dev/null; then port=$$c; break; fi; \
 	 done; \
 	 [ -n "$$port" ] || { echo "bench: no free port found" >&2; exit 1; }; \
+	 source scripts/pspsim.sh; \
+	 pid=""; \
+	 trap '[ -z "$$pid" ] || { kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; }; pspsim_stop; scripts/postgres.sh --stop bench || true' EXIT; \
+	 pspsim_start "http://127.0.0.1:$$port/webhooks/psp" .data/bench/pspsim.log; \
 	 DEMO_MODE=true SWEEP_INTERVAL=0 $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
-	 trap 'kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; scripts/postgres.sh --stop bench || true' EXIT; \
-	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log"; \
+	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
 	 $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)

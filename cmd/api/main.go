@@ -81,8 +81,9 @@ Run the HTTP API until SIGINT or SIGTERM, with its background workers: the
 outbox dispatcher (publishes events to NATS JetStream), the fulfillment
 consumer, the webhook worker, the payment recoverer and the retention sweeper.
 Without NATS_URL it runs a NATS server inside the process (files under
-NATS_STORE_DIR); without PSP_URL, the payment-provider simulator. Migrations
-are applied at start unless AUTO_MIGRATE=false.
+NATS_STORE_DIR). The payment provider is PSP_URL; "make run" starts the
+payment simulator as its own process and sets it. Migrations are applied at
+start unless AUTO_MIGRATE=false.
 
 When it listens it prints "oncepay is ready at <url>" on stdout (and, in demo
 mode, the demo tenants' API keys); logs are JSON lines on stderr. On a signal
@@ -99,7 +100,8 @@ Environment (default in brackets; the README lists every variable):
   LOG_LEVEL             debug, info, warn or error [info]
   NATS_URL              NATS server with JetStream; set it whenever more than one
                         API process runs [empty: embedded]
-  PSP_URL, PSP_API_KEY  the payment provider [empty: embedded simulator]
+  PSP_URL               the payment provider (required)
+  PSP_API_KEY           the provider's bearer token [empty: none sent]
   OUTBOX_DISPATCHER, FULFILLMENT_CONSUMER
                         run these workers in this process [true]
   SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]
@@ -248,7 +250,7 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 
 func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := app.ConfigFromEnv(getenv)
-	if err != nil {
+	if err = errors.Join(err, app.CheckServe(cfg)); err != nil {
 		return err
 	}
 	logger := newLogger(stderr, cfg.LogLevel)

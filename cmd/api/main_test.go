@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 func env(m map[string]string) func(string) string {
@@ -36,6 +39,38 @@ func TestRunHelpVersionAndUsage(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"serve"}, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("serve without DATABASE_URL: %v", err)
+	}
+}
+
+// api serve never runs a payment provider of its own: without PSP_URL it
+// refuses to start, with one line that says what to set, before it touches
+// the database or opens a port.
+func TestServeNeedsAProvider(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "HTTP_ADDR": "127.0.0.1:0"})
+	err := run(context.Background(), []string{"serve"}, e, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "PSP_URL is required") || !strings.Contains(err.Error(), "make run") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("serve without PSP_URL: %v, want one line naming PSP_URL and make run", err)
+	}
+}
+
+// The production binary links nothing of the proving ground: the simulator,
+// the chaos engine and the benchmarks stay out of it.
+func TestBinaryLinksNoProvingGround(t *testing.T) {
+	t.Parallel()
+	// go test puts its own toolchain first on PATH.
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	const proving = "github.com/oncepay/oncepay/proving/"
+	for pkg := range strings.SplitSeq(string(out), "\n") {
+		if strings.HasPrefix(pkg, proving) {
+			t.Errorf("cmd/api links %s", pkg)
+		}
+	}
+	if !strings.Contains(string(out), "github.com/oncepay/oncepay/internal/app\n") {
+		t.Fatalf("go list -deps did not list the service's own packages:\n%s", out)
 	}
 }
 
@@ -125,7 +160,13 @@ func TestTenantsCreateAndServe(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir()})
+	sim, err := pspsim.New(pspsim.Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewServer(sim.Handler())
+	t.Cleanup(provider.Close)
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(), "PSP_URL": provider.URL})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"tenants", "create", "--slug", "initech", "--name", "Initech"}, e, &out, io.Discard); err != nil {

@@ -32,7 +32,6 @@ import (
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
-	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // stuckAfter is how long a pending operation may outlive its lease before
@@ -46,10 +45,6 @@ type App struct {
 	pool    *pgxpool.Pool
 	ln      net.Listener
 	handler http.Handler
-
-	// psp is the embedded provider simulator (nil with PSP_URL set).
-	psp   *pspsim.Server
-	pspLn net.Listener
 
 	payments  *payments.Service
 	recoverer *operation.Recoverer
@@ -122,13 +117,6 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 
-	pspURL := cfg.PSPURL
-	if pspURL == "" {
-		if pspURL, err = a.embedPSP(now); err != nil {
-			return nil, err
-		}
-	}
-
 	specs := Operations()
 	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(specs)); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
@@ -144,7 +132,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		operation.WithAfterCommit(a.events.Committed),
 		operation.WithHooks(o.operationHooks))
 	orderSvc := orders.NewService(pool, ops, now)
-	provider := payments.NewProvider(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
+	provider := payments.NewProvider(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := checkOperations(specs, a.recoverer.Resumes); err != nil {
@@ -159,6 +147,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now, webhooks.WithApplyObserver(m.WebhookProcessed))
+	var sim *demo.Simulator // nil: no provider to ask for its ledger or faults
+	if cfg.PSPURL != "" {
+		sim = demo.NewSimulator(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout)
+	}
 	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
 		retention.WithDutyCycle(cfg.SweepDutyCycle))
@@ -170,7 +162,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Payments: payments.NewHandler(a.payments),
 		Events:   outbox.NewHandler(pool),
 		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
-		Demo: demo.NewHandler(cfg.DemoMode, pool, demo.NewSimulator(pspURL, cfg.PSPAPIKey, cfg.PSPTimeout), func(ctx context.Context, id uuid.UUID) error {
+		Demo: demo.NewHandler(cfg.DemoMode, pool, sim, func(ctx context.Context, id uuid.UUID) error {
 			_, err := a.outboxAdmin.Replay(ctx, id)
 			return err
 		}, logger),
@@ -239,31 +231,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	return nil
 }
 
-// embedPSP starts listening for the in-process simulator and returns its URL.
-// It signs its webhooks with our first secret and sends them to this API.
-func (a *App) embedPSP(now func() time.Time) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("listen for the embedded payment simulator: %w", err)
-	}
-	a.pspLn = ln
-	a.psp, err = pspsim.New(pspsim.Config{
-		APIKey:         a.cfg.PSPAPIKey,
-		KeyRetention:   a.cfg.PSPKeyRetention,
-		WebhookURL:     "http://" + a.ln.Addr().String() + "/webhooks/psp",
-		WebhookSecrets: a.cfg.PSPWebhookSecrets[:1],
-	}, a.logger.With("component", "pspsim"), now)
-	if err != nil {
-		return "", fmt.Errorf("embedded payment simulator: %w", err)
-	}
-	return "http://" + ln.Addr().String(), nil
-}
-
 // Addr is the address the API listens on.
 func (a *App) Addr() net.Addr { return a.ln.Addr() }
-
-// PSP returns the embedded payment simulator, or nil when PSP_URL is set.
-func (a *App) PSP() *pspsim.Server { return a.psp }
 
 // Recoverer returns the recoverer of abandoned payment and refund attempts
 // (for tests, which run it when they mean to).
@@ -283,9 +252,6 @@ func (a *App) Close() {
 	if a.ln != nil {
 		a.ln.Close()
 	}
-	if a.pspLn != nil {
-		a.pspLn.Close()
-	}
 	if a.dispatcher != nil {
 		a.dispatcher.Close()
 	}
@@ -298,21 +264,15 @@ func (a *App) Close() {
 	a.pool.Close()
 }
 
-// Serve runs the API, the embedded simulator and the background workers until
-// ctx is cancelled, then shuts down in order: stop accepting and drain
-// in-flight requests (at most ShutdownTimeout), then stop the workers, then the
-// simulator. Work cut off by the shutdown is safe: it is either committed or
-// resumed by a retry or by the recoverer of another process.
+// Serve runs the API and the background workers until ctx is cancelled,
+// then shuts down in order: stop accepting and drain in-flight requests (at
+// most ShutdownTimeout), then stop the workers. Work cut off by the shutdown
+// is safe: it is either committed or resumed by a retry or by the recoverer
+// of another process.
 func (a *App) Serve(ctx context.Context) error {
 	srv := a.httpServer(a.handler)
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(a.ln) }()
-
-	var pspSrv *http.Server
-	if a.psp != nil {
-		pspSrv = a.httpServer(a.psp.Handler())
-		go func() { errc <- pspSrv.Serve(a.pspLn) }()
-	}
 
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
@@ -325,9 +285,6 @@ func (a *App) Serve(ctx context.Context) error {
 				a.logger.Error("worker stopped", "worker", name, "error", err.Error())
 			}
 		}()
-	}
-	if a.psp != nil {
-		run("pspsim-webhooks", a.psp.Run)
 	}
 	run("webhooks-worker", func(ctx context.Context) error { return a.webhookWorker.Run(ctx, a.cfg.WebhookWorkerInterval) })
 	if a.dispatcher != nil {
@@ -357,16 +314,6 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	stopWorkers()
 	wg.Wait()
-	if pspSrv != nil {
-		// The embedded simulator gets a moment to answer what it is
-		// answering, then is closed: it holds no state anyone waits for.
-		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if perr := pspSrv.Shutdown(pctx); perr != nil {
-			a.logger.Warn("embedded payment simulator closed before its requests finished", "error", perr.Error())
-			pspSrv.Close()
-		}
-		pcancel()
-	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(fmt.Errorf("serve: %w", serveErr), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,12 +21,15 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // testBundle is one running service on its own database, reached over real
-// HTTP on a loopback port, with its embedded payment simulator.
+// HTTP on a loopback port, with its own payment simulator (nil when the test
+// named another provider), also on a loopback port.
 type testBundle struct {
 	app     *app.App
+	psp     *pspsim.Server
 	pool    *pgxpool.Pool
 	baseURL string
 	addr    string
@@ -67,9 +71,9 @@ func testConfig(t *testing.T) app.Config {
 		IdempotencyLease:  30 * time.Second,
 		AuthCacheTTL:      time.Minute,
 		ShutdownTimeout:   5 * time.Second,
+		PSPAPIKey:         testPSPKey,
 		PSPTimeout:        5 * time.Second,
 		PSPWebhookSecrets: []string{app.DemoWebhookSecret},
-		PSPKeyRetention:   24 * time.Hour,
 		// The recoverer runs when a test calls it, so a test controls
 		// exactly who finishes an abandoned attempt.
 		RecovererInterval:     0,
@@ -88,23 +92,45 @@ func testConfig(t *testing.T) app.Config {
 	}
 }
 
+// testPSPKey is the API key of the tests' simulators, which the service
+// sends as PSP_API_KEY.
+const testPSPKey = "sk_sim_test"
+
 func setup(t *testing.T, opts ...func(*app.Config)) *testBundle {
 	t.Helper()
-	return setupWith(t, nil, opts...)
+	return start(t, nil, nil, opts...)
 }
 
 // setupWith is setup with options of app.New, which reach what no
 // configuration does (the failure drills' fault hooks).
 func setupWith(t *testing.T, appOpts []app.Option, opts ...func(*app.Config)) *testBundle {
 	t.Helper()
+	return start(t, appOpts, nil, opts...)
+}
+
+// setupWithPSP is setup with the simulator's configuration changed by psp
+// (nil: as it comes).
+func setupWithPSP(t *testing.T, psp func(*pspsim.Config), opts ...func(*app.Config)) *testBundle {
+	t.Helper()
+	return start(t, nil, psp, opts...)
+}
+
+func start(t *testing.T, appOpts []app.Option, psp func(*pspsim.Config), opts ...func(*app.Config)) *testBundle {
+	t.Helper()
 	cfg := testConfig(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
 	clock := &testClock{}
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var sim *pspsim.Server
+	if cfg.PSPURL == "" {
+		sim, cfg.PSPURL = startSimulator(t, cfg, psp, logger, clock.now)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), clock.now, appOpts...)
+	a, err := app.New(ctx, cfg, logger, clock.now, appOpts...)
 	if err != nil {
+		cancel()
 		t.Fatalf("app.New: %v", err)
 	}
 	// Every exchange of every end-to-end test is checked against the
@@ -123,7 +149,7 @@ func setupWith(t *testing.T, appOpts []app.Option, opts ...func(*app.Config)) *t
 		}
 		a.Close()
 	})
-	return &testBundle{
+	b := &testBundle{
 		app:     a,
 		pool:    a.Pool(),
 		baseURL: "http://" + a.Addr().String(),
@@ -131,6 +157,44 @@ func setupWith(t *testing.T, appOpts []app.Option, opts ...func(*app.Config)) *t
 		client:  hc,
 		clock:   clock,
 	}
+	if sim != nil {
+		// The service listens now: the simulator learns where its webhooks go.
+		if err := sim.SetWebhookURL(b.baseURL + "/webhooks/psp"); err != nil {
+			t.Fatalf("simulator webhook URL: %v", err)
+		}
+		b.psp = sim
+	}
+	return b
+}
+
+// startSimulator starts a test's payment simulator (proving/pspsim) on a
+// loopback port and returns it with its URL: spoken to over real HTTP like
+// any provider, with our API key, signing with our first webhook secret, on
+// the service's clock, delivering webhooks until the test ends. Its webhook
+// URL is set once the service listens. It stops after the service (cleanups
+// run last first).
+func startSimulator(t *testing.T, cfg app.Config, change func(*pspsim.Config), logger *slog.Logger, now func() time.Time) (*pspsim.Server, string) {
+	t.Helper()
+	pcfg := pspsim.Config{APIKey: cfg.PSPAPIKey, WebhookSecrets: cfg.PSPWebhookSecrets[:1]}
+	if change != nil {
+		change(&pcfg)
+	}
+	srv, err := pspsim.New(pcfg, logger.With("component", "pspsim"), now)
+	if err != nil {
+		t.Fatalf("pspsim.New: %v", err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("simulator webhooks: %v", err)
+		}
+		hs.Close()
+	})
+	return srv, hs.URL
 }
 
 // testWriter sends the service's log lines to the test log.

@@ -349,7 +349,7 @@ func TestBrowser(t *testing.T) {
 		p.do("refund 5.00", chromedp.SetValue(chromedp.CSS(`#refund-amount`), "5.00"))
 		p.click(`#refund-btn`)
 		p.waitJS("the refund has a final answer", `document.querySelector('#refund-result').dataset.outcome === 'succeeded'`)
-		if l := b.app.PSP().Ledger(p.paymentID()); len(l.Refunds) != 1 || l.Refunds[0].Amount != 500 {
+		if l := b.psp.Ledger(p.paymentID()); len(l.Refunds) != 1 || l.Refunds[0].Amount != 500 {
 			t.Fatalf("provider refunds = %+v, want one of 500", l.Refunds)
 		}
 

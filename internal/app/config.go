@@ -49,9 +49,10 @@ type Config struct {
 	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
 	ShutdownTimeout time.Duration
 
-	// PSPURL is the payment provider's base URL (PSP_URL). Empty starts the
-	// simulator inside this process on a loopback port; the API still talks
-	// to it over HTTP.
+	// PSPURL is the payment provider's base URL (PSP_URL; `api serve`
+	// refuses to start without it, see CheckServe). The service never runs a
+	// provider itself: `make run` starts the simulator (proving/pspsim) as
+	// its own process and sets it.
 	PSPURL string
 	// PSPAPIKey is sent to the provider as a bearer token (PSP_API_KEY).
 	PSPAPIKey string
@@ -63,9 +64,6 @@ type Config struct {
 	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
 	// default the demo secret DemoWebhookSecret).
 	PSPWebhookSecrets []string
-	// PSPKeyRetention is how long the embedded simulator keeps idempotency
-	// keys (PSP_KEY_RETENTION, default 24h, like Stripe).
-	PSPKeyRetention time.Duration
 	// RecovererInterval is how often abandoned payment attempts are resumed
 	// (RECOVERER_INTERVAL, default 10s; 0 disables the recoverer).
 	RecovererInterval time.Duration
@@ -140,9 +138,9 @@ func DefaultRetention() retention.Policy {
 	return p
 }
 
-// DemoWebhookSecret is the webhook secret of the demo: the embedded simulator
-// signs with it and the API accepts it unless PSP_WEBHOOK_SECRETS says
-// otherwise. Set your own for anything but a demo.
+// DemoWebhookSecret is the webhook secret of the demo: the API accepts it
+// unless PSP_WEBHOOK_SECRETS says otherwise. Set your own for anything but a
+// demo.
 const DemoWebhookSecret = "whsec_b25jZXBheS1kZW1vLXdlYmhvb2stc2VjcmV0"
 
 // ConfigFromEnv reads the configuration. It reports every bad variable at
@@ -166,7 +164,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PSPAPIKey:             getenv("PSP_API_KEY"),
 		PSPTimeout:            r.duration("PSP_TIMEOUT", 5*time.Second),
 		PSPWebhookSecrets:     strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
-		PSPKeyRetention:       r.duration("PSP_KEY_RETENTION", 24*time.Hour),
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
@@ -217,6 +214,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// CheckServe reports what `api serve` needs beyond what every command
+// does: a payment provider to talk to. The other commands never call it.
+func CheckServe(c Config) error {
+	if c.PSPURL == "" {
+		return errors.New("PSP_URL is required: the payment provider's URL (`make run` starts the payment simulator and sets it)")
+	}
+	return nil
 }
 
 type envReader struct {

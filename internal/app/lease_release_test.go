@@ -174,7 +174,7 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 			if retry.status != http.StatusCreated {
 				t.Fatalf("retry = %d %s, want 201", retry.status, retry.body)
 			}
-			ledger := b.app.PSP().Ledger("")
+			ledger := b.psp.Ledger("")
 			if n := len(ledger.Charges); n != 1 {
 				t.Fatalf("provider charges = %d, want exactly 1", n)
 			}

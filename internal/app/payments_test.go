@@ -42,7 +42,7 @@ func (b *testBundle) pay(t *testing.T, orderID, key, method string) response {
 func (b *testBundle) charges(t *testing.T, paymentID string) int {
 	t.Helper()
 	n := 0
-	for _, c := range b.app.PSP().Ledger(paymentID).Charges {
+	for _, c := range b.psp.Ledger(paymentID).Charges {
 		if c.Status == pspsim.StatusSucceeded {
 			n++
 		}
@@ -50,11 +50,11 @@ func (b *testBundle) charges(t *testing.T, paymentID string) int {
 	return n
 }
 
-func (b *testBundle) allCharges() int { return len(b.app.PSP().Ledger("").Charges) }
+func (b *testBundle) allCharges() int { return len(b.psp.Ledger("").Charges) }
 
 func (b *testBundle) faults(t *testing.T, f pspsim.Faults) {
 	t.Helper()
-	if err := b.app.PSP().SetFaults(f); err != nil {
+	if err := b.psp.SetFaults(f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,7 +88,7 @@ func TestPayOrder(t *testing.T) {
 		t.Fatalf("provider charges = %d, want 1", n)
 	}
 	// Rule 7: the provider got our derived key, the same for every attempt.
-	if c := b.app.PSP().Ledger(p["id"].(string)).Charges[0]; c.IdempotencyKey == "pay-1" || c.IdempotencyKey == "" {
+	if c := b.psp.Ledger(p["id"].(string)).Charges[0]; c.IdempotencyKey == "pay-1" || c.IdempotencyKey == "" {
 		t.Fatalf("provider key = %q: want a key derived from the record, not the client's", c.IdempotencyKey)
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'payment.succeeded'`); n != 1 {
@@ -401,7 +401,7 @@ func TestPayUnknownOutcomeResumes(t *testing.T) {
 // reference instead of charging again under a key the provider forgot.
 func TestPayResumedAfterProviderForgotKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *app.Config) { c.PSPKeyRetention = time.Second })
+	b := setupWithPSP(t, func(c *pspsim.Config) { c.KeyRetention = time.Second })
 	orderID, _ := b.order(t, "o1")
 	b.faults(t, pspsim.Faults{DropNext: 1})
 	wantProblem(t, b.pay(t, orderID, "pay-forgotten", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
@@ -482,7 +482,7 @@ func TestRefunds(t *testing.T) {
 	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "refunded" {
 		t.Fatalf("order status = %v, want refunded", s)
 	}
-	if refunds := b.app.PSP().Ledger(paymentID).Refunds; len(refunds) != 2 {
+	if refunds := b.psp.Ledger(paymentID).Refunds; len(refunds) != 2 {
 		t.Fatalf("provider refunds = %d, want 2", len(refunds))
 	}
 	wantProblem(t, b.refund(t, paymentID, "refund-zero", 0), http.StatusUnprocessableEntity, "validation_failed")
@@ -530,7 +530,7 @@ func TestConcurrentRefundsNeverExceedPayment(t *testing.T) {
 		t.Fatal(err)
 	}
 	var theirs int64
-	for _, r := range b.app.PSP().Ledger(paymentID).Refunds {
+	for _, r := range b.psp.Ledger(paymentID).Refunds {
 		theirs += r.Amount
 	}
 	if ours != theirs || ours > amount {
@@ -550,7 +550,7 @@ func TestDrill7_RefundCrashAfterProviderCall_Recoverer(t *testing.T) {
 	if n, err := b.app.Recoverer().RecoverOnce(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("RecoverOnce = %d, %v", n, err)
 	}
-	if refunds := b.app.PSP().Ledger(paymentID).Refunds; len(refunds) != 1 {
+	if refunds := b.psp.Ledger(paymentID).Refunds; len(refunds) != 1 {
 		t.Fatalf("provider refunds = %d, want 1", len(refunds))
 	}
 	retry := b.refund(t, paymentID, "refund-crash", 100)
