@@ -102,6 +102,8 @@ Environment (default in brackets; the README lists every variable):
                         API process runs [empty: embedded]
   PSP_URL               the payment provider (required)
   PSP_API_KEY           the provider's bearer token [empty: none sent]
+  PSP_WEBHOOK_SECRETS   whsec_ secrets that verify the provider's webhooks; required
+                        outside demo mode [the public demo secret, demo mode only]
   OUTBOX_DISPATCHER, FULFILLMENT_CONSUMER
                         run these workers in this process [true]
   SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]

@@ -42,15 +42,30 @@ func TestRunHelpVersionAndUsage(t *testing.T) {
 	}
 }
 
-// api serve never runs a payment provider of its own: without PSP_URL it
-// refuses to start, with one line that says what to set, before it touches
-// the database or opens a port.
-func TestServeNeedsAProvider(t *testing.T) {
+// api serve never runs a payment provider of its own, and never trusts the
+// public demo webhook secret outside demo mode: without PSP_URL, or with
+// that secret, it refuses to start with one line that says what to set,
+// before it touches the database or opens a port.
+func TestServeNeedsAProviderAndItsSecret(t *testing.T) {
 	t.Parallel()
-	e := env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "HTTP_ADDR": "127.0.0.1:0"})
-	err := run(context.Background(), []string{"serve"}, e, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "PSP_URL is required") || !strings.Contains(err.Error(), "make run") || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("serve without PSP_URL: %v, want one line naming PSP_URL and make run", err)
+	for _, tc := range []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="}, []string{"PSP_URL is required", "make run"}},
+		{map[string]string{"PSP_URL": "http://127.0.0.1:1"}, []string{"PSP_WEBHOOK_SECRETS must name", "DEMO_MODE=true"}},
+	} {
+		tc.env["DATABASE_URL"] = "postgres://nobody@127.0.0.1:1/none"
+		tc.env["HTTP_ADDR"] = "127.0.0.1:0"
+		err := run(context.Background(), []string{"serve"}, env(tc.env), io.Discard, io.Discard)
+		if err == nil || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("serve with %v: %v, want one line", tc.env, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("serve with %v: %v, want it to say %q", tc.env, err, w)
+			}
+		}
 	}
 }
 
@@ -166,7 +181,8 @@ func TestTenantsCreateAndServe(t *testing.T) {
 	}
 	provider := httptest.NewServer(sim.Handler())
 	t.Cleanup(provider.Close)
-	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(), "PSP_URL": provider.URL})
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
+		"PSP_URL": provider.URL, "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"tenants", "create", "--slug", "initech", "--name", "Initech"}, e, &out, io.Discard); err != nil {

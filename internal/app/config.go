@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +63,8 @@ type Config struct {
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
 	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
-	// default the demo secret DemoWebhookSecret).
+	// default the demo secret DemoWebhookSecret, which `api serve` accepts
+	// in demo mode only, see CheckServe).
 	PSPWebhookSecrets []string
 	// RecovererInterval is how often abandoned payment attempts are resumed
 	// (RECOVERER_INTERVAL, default 10s; 0 disables the recoverer).
@@ -138,9 +140,10 @@ func DefaultRetention() retention.Policy {
 	return p
 }
 
-// DemoWebhookSecret is the webhook secret of the demo: the API accepts it
-// unless PSP_WEBHOOK_SECRETS says otherwise. Set your own for anything but a
-// demo.
+// DemoWebhookSecret is the webhook secret of the demo. It is public (it is
+// in this repository), so anyone could sign a webhook with it: `api serve`
+// accepts it in demo mode only and otherwise refuses to start until
+// PSP_WEBHOOK_SECRETS names secrets of your own.
 const DemoWebhookSecret = "whsec_b25jZXBheS1kZW1vLXdlYmhvb2stc2VjcmV0"
 
 // ConfigFromEnv reads the configuration. It reports every bad variable at
@@ -217,12 +220,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 }
 
 // CheckServe reports what `api serve` needs beyond what every command
-// does: a payment provider to talk to. The other commands never call it.
+// does: a payment provider to talk to, and, outside demo mode, webhook
+// secrets nobody else knows. The other commands never call it.
 func CheckServe(c Config) error {
+	var errs []error
 	if c.PSPURL == "" {
-		return errors.New("PSP_URL is required: the payment provider's URL (`make run` starts the payment simulator and sets it)")
+		errs = append(errs, errors.New("PSP_URL is required: the payment provider's URL (`make run` starts the payment simulator and sets it)"))
 	}
-	return nil
+	if !c.DemoMode && slices.Contains(c.PSPWebhookSecrets, DemoWebhookSecret) {
+		errs = append(errs, errors.New("PSP_WEBHOOK_SECRETS must name your provider's webhook secrets: the demo secret is public, so anyone could sign a webhook with it (it is accepted with DEMO_MODE=true only)"))
+	}
+	return errors.Join(errs...)
 }
 
 type envReader struct {

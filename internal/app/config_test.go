@@ -48,3 +48,38 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// api serve needs a provider, and outside demo mode webhook secrets of its
+// own: the demo secret is in this repository, so anyone could sign a
+// charge.succeeded with it.
+func TestCheckServe(t *testing.T) {
+	t.Parallel()
+	const own = "whsec_b3duLXNlY3JldC1vZi10aGUtb3BlcmF0b3I="
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string // "" for no error
+	}{
+		{"no provider", map[string]string{"PSP_WEBHOOK_SECRETS": own}, "PSP_URL is required"},
+		{"default secret outside demo mode", map[string]string{"PSP_URL": "http://psp"}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret in a rotation outside demo mode", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own + "," + app.DemoWebhookSecret}, "PSP_WEBHOOK_SECRETS must name"},
+		{"default secret in demo mode", map[string]string{"PSP_URL": "http://psp", "DEMO_MODE": "true"}, ""},
+		{"own secret", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own}, ""},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatalf("%s: ConfigFromEnv: %v", tc.name, err)
+		}
+		err = app.CheckServe(c)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: CheckServe = %v, want nil", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s: CheckServe = %v, want one line with %q", tc.name, err, tc.want)
+		}
+	}
+}
