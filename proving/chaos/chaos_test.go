@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,5 +103,35 @@ func TestPlanIsReplayable(t *testing.T) {
 	}
 	if drops == 0 || resets == 0 {
 		t.Errorf("proxy faults: %d drops, %d resets", drops, resets)
+	}
+}
+
+// A stack that fails to start reports why in one line and stops what it had
+// started: here the simulator runs, and the API binary is missing.
+func TestStartStackFailureIsReported(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := Binaries{API: filepath.Join(dir, "no-such-api"), PSPSim: filepath.Join(dir, "pspsim")}
+	build := exec.Command("go", "build", "-o", bin.PSPSim, "./proving/cmd/pspsim")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the simulator: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := startStack(ctx, bin, dir, "postgres://nobody@127.0.0.1:1/none", 1, false, 5*time.Second, 6*time.Second)
+	if err == nil {
+		s.stop()
+		t.Fatal("the stack started without an API binary")
+	}
+	if !strings.Contains(err.Error(), "start api-0") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("error = %q, want one line saying api-0 did not start", err)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "pspsim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"msg":"pspsim stopped"`) {
+		t.Fatalf("the simulator of the failed start was not stopped; its log:\n%s", log)
 	}
 }

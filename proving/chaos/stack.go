@@ -187,9 +187,11 @@ func webhookSecret() string {
 }
 
 // startStack starts the simulator, the broker (with outbox) and both APIs.
-// On error everything already started is stopped.
-func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox bool, keyRetention, lease time.Duration) (s *stack, err error) {
-	s = &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
+// On error everything already started is stopped. s is not the named
+// result: every error path returns nil for it, and the cleanup must still
+// see what was started so far.
+func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox bool, keyRetention, lease time.Duration) (_ *stack, err error) {
+	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
 	defer func() {
 		if err != nil {
 			s.stop()
