@@ -219,7 +219,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer st.stop()
 	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{},
-		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second}}}
+		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second, Transport: bearer{key: st.pspKey, next: http.DefaultTransport}}}}
 	if err := r.run(ctx); err != nil {
 		return rep, err
 	}

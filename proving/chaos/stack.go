@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,10 @@ type stack struct {
 	races  atomic.Int64
 	outbox bool
 	pspURL string
+	// pspKey is the simulator's API key, made for the run: the APIs send
+	// it, and the run's own reads of the ledger and changes of the faults
+	// need it too.
+	pspKey string
 	psp    *proc
 	pspLog *pspLog
 	apiLog apiLog
@@ -186,12 +191,30 @@ func webhookSecret() string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(b)
 }
 
+// providerKey returns a fresh API key for the simulator.
+func providerKey() string {
+	return "sk_sim_" + rand.Text()
+}
+
+// bearer adds the simulator's API key to every request of the run's own
+// client of the simulator.
+type bearer struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
+}
+
 // startStack starts the simulator, the broker (with outbox) and both APIs.
 // On error everything already started is stopped. s is not the named
 // result: every error path returns nil for it, and the cleanup must still
 // see what was started so far.
 func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox bool, keyRetention, lease time.Duration) (_ *stack, err error) {
-	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
+	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), pspKey: providerKey(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -250,7 +273,7 @@ func (s *stack) startPSP(ctx context.Context) error {
 		"--seed", strconv.FormatUint(s.seed, 10),
 		"--key-retention", s.keyRetention.String(),
 	}
-	env := append(baseEnv(), "PSP_WEBHOOK_SECRET="+s.secret)
+	env := append(baseEnv(), "PSP_WEBHOOK_SECRET="+s.secret, "PSP_API_KEY="+s.pspKey)
 	p, err := startProc("pspsim", s.bin.PSPSim, args, env, s.dir, &s.races, watch)
 	if err != nil {
 		return err
@@ -306,6 +329,7 @@ func (s *stack) apiEnv(addr string) []string {
 		"AUTO_MIGRATE=true",
 		"LOG_LEVEL=info",
 		"PSP_URL="+s.pspURL,
+		"PSP_API_KEY="+s.pspKey,
 		"PSP_WEBHOOK_SECRETS="+s.secret,
 		"PSP_TIMEOUT=2s",
 		"WRITE_TIMEOUT="+WriteTimeout.String(),
