@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	provider := payments.NewProvider(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
-	if err := checkOperations(specs, a.recoverer.Resumes); err != nil {
+	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(pool, `SELECT count(*) FROM outbox_events WHERE stuck_at IS NOT NULL AND published_at IS NULL`)

@@ -18,7 +18,7 @@ import (
 // retention per operation and its RETENTION_<NAME> variable (Config), the
 // horizons the startup check holds it to (retention.Check), the series the
 // metrics export from the start, and which operations the Recoverer must
-// resume (checkOperations).
+// resume (CheckOperations).
 func Operations() []operation.Spec {
 	return slices.Concat(orders.Specs(), payments.Specs())
 }
@@ -41,10 +41,10 @@ func covers(specs []operation.Spec) retention.Covers {
 	return c
 }
 
-// checkOperations refuses a registry in which an operation lacks what it
+// CheckOperations refuses a registry in which an operation lacks what it
 // needs: a name, a retention and a horizon, no duplicate, and, for a
 // resumable operation, a Recoverer that resumes it (resumes reports that).
-func checkOperations(specs []operation.Spec, resumes func(idempotency.Operation) bool) error {
+func CheckOperations(specs []operation.Spec, resumes func(idempotency.Operation) bool) error {
 	var errs []error
 	seen := map[idempotency.Operation]bool{}
 	for _, s := range specs {

@@ -13,7 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -66,6 +68,13 @@ var statuses = map[Code]int{
 	PaymentProviderUnavailable: http.StatusServiceUnavailable,
 	ServiceUnavailable:         http.StatusServiceUnavailable,
 	Internal:                   http.StatusInternalServerError,
+}
+
+// Codes returns every code, sorted: the contract's list (the OpenAPI
+// ProblemCode enum and the Go client's Code constants list the same; tests
+// keep them equal).
+func Codes() []Code {
+	return slices.Sorted(maps.Keys(statuses))
 }
 
 // Status returns the HTTP status code for code; unknown codes are internal
