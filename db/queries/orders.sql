@@ -1,6 +1,14 @@
 -- name: ProductList :many
 SELECT * FROM products WHERE tenant_id = $1 ORDER BY sku;
 
+-- name: ProductInsert :exec
+-- ProductInsert adds a product to the tenant's catalog. It does nothing
+-- when the tenant has the SKU already: the product keeps its price and its
+-- stock, so seeding again never gives back stock that orders took.
+INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant_id, sku) DO NOTHING;
+
 -- name: ProductGetMany :many
 -- ProductGetMany returns the tenant's products with the given SKUs.
 SELECT * FROM products WHERE tenant_id = $1 AND sku = ANY(@skus::text[]);

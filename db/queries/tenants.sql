@@ -18,8 +18,3 @@ WHERE k.key_hash = $1 AND k.revoked_at IS NULL;
 INSERT INTO api_keys (key_hash, tenant_id, key_prefix, created_at)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (key_hash) DO NOTHING;
-
--- name: ProductUpsert :exec
-INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (tenant_id, sku) DO NOTHING;

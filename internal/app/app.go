@@ -46,6 +46,7 @@ type App struct {
 	ln      net.Listener
 	handler http.Handler
 
+	orders    *orders.Service
 	payments  *payments.Service
 	recoverer *operation.Recoverer
 	sweeper   *retention.Sweeper
@@ -108,8 +109,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		}
 	}()
 	a.Tenants = tenants.NewService(pool, cfg.AuthCacheTTL, now)
+	var demoTenants []tenants.Tenant
 	if cfg.DemoMode {
-		if err := a.Tenants.SeedDemo(ctx); err != nil {
+		if demoTenants, err = a.Tenants.SeedDemo(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -132,6 +134,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		operation.WithAfterCommit(a.events.Committed),
 		operation.WithHooks(o.operationHooks))
 	orderSvc := orders.NewService(pool, ops, now)
+	a.orders = orderSvc
+	for _, t := range demoTenants {
+		if err := orderSvc.SeedCatalog(ctx, t.ID, orders.DemoCatalog()); err != nil {
+			return nil, fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
+		}
+	}
 	provider := payments.NewProvider(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
@@ -237,6 +245,10 @@ func (a *App) Addr() net.Addr { return a.ln.Addr() }
 // Recoverer returns the recoverer of abandoned payment and refund attempts
 // (for tests, which run it when they mean to).
 func (a *App) Recoverer() *operation.Recoverer { return a.recoverer }
+
+// Orders returns the orders service (for tests, which give a tenant that
+// demo mode did not seed a catalog).
+func (a *App) Orders() *orders.Service { return a.orders }
 
 // Sweeper returns the retention sweeper (for `api sweep` and tests).
 func (a *App) Sweeper() *retention.Sweeper { return a.sweeper }

@@ -18,8 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/dbsqlc"
-	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/orders"
 )
 
 // The browser tests drive the web UI (web/) in a real headless Chromium
@@ -305,12 +304,8 @@ func (b *testBundle) tenantWithCatalog(t *testing.T, slug string) string {
 	if err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}
-	for _, p := range tenants.DemoCatalog() {
-		if err := dbsqlc.New(b.pool).ProductUpsert(ctx, dbsqlc.ProductUpsertParams{
-			TenantID: tenant.ID, Sku: p.SKU, Name: p.Name, UnitAmount: p.UnitAmount, Currency: p.Currency, Stock: p.Stock,
-		}); err != nil {
-			t.Fatalf("seed product %s: %v", p.SKU, err)
-		}
+	if err := b.app.Orders().SeedCatalog(ctx, tenant.ID, orders.DemoCatalog()); err != nil {
+		t.Fatalf("seed the catalog: %v", err)
 	}
 	return key
 }

@@ -42,6 +42,11 @@ func setup(t *testing.T) *testBundle {
 	logger := testkit.Logger(t)
 	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, 30*time.Second, clock.Now)
 	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), clock.Now)
+	for _, tn := range demo {
+		if err := svc.SeedCatalog(context.Background(), tn.ID, orders.DemoCatalog()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h := orders.NewHandler(svc)
 	auth := tenants.Middleware(tenants.NewService(pool, 0, clock.Now))
 	e := echo.New()

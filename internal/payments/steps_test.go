@@ -101,6 +101,9 @@ func setup(t *testing.T) *bundle {
 		b.calls = append(b.calls, call+":"+result)
 	}))
 	b.orders = orders.NewService(b.pool, ops, b.clock.Now)
+	if err := b.orders.SeedCatalog(context.Background(), b.tenant.ID, orders.DemoCatalog()); err != nil {
+		t.Fatal(err)
+	}
 	b.svc = payments.NewService(b.pool, ops, b.orders, provider, logger, b.clock.Now)
 	b.recoverer = operation.NewRecoverer(ops, b.svc.Operations()...)
 	return b

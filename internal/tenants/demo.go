@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tenants/internal/dbsqlc"
 )
 
 // DemoTenant is a tenant that demo mode creates with a well-known key.
@@ -24,60 +24,33 @@ func DemoTenants() []DemoTenant {
 	}
 }
 
-// DemoProduct is a catalog entry every demo tenant gets.
-type DemoProduct struct {
-	SKU        string
-	Name       string
-	UnitAmount int64
-	Currency   string
-	Stock      int64
-}
-
-// DemoCatalog returns the catalog of every demo tenant.
-func DemoCatalog() []DemoProduct {
-	return []DemoProduct{
-		{SKU: "espresso-beans-1kg", Name: "Espresso beans, 1 kg", UnitAmount: 2490, Currency: "EUR", Stock: 100_000},
-		{SKU: "pour-over-kettle", Name: "Pour-over kettle", UnitAmount: 5900, Currency: "EUR", Stock: 100_000},
-		{SKU: "ceramic-dripper", Name: "Ceramic dripper", UnitAmount: 2200, Currency: "EUR", Stock: 100_000},
-		{SKU: "paper-filters-100", Name: "Paper filters, 100 pcs", UnitAmount: 450, Currency: "EUR", Stock: 100_000},
-		{SKU: "burr-grinder", Name: "Burr grinder", UnitAmount: 14900, Currency: "EUR", Stock: 100_000},
-		{SKU: "travel-mug", Name: "Travel mug", UnitAmount: 1800, Currency: "EUR", Stock: 100_000},
-	}
-}
-
-// SeedDemo creates the demo tenants, their keys and catalogs. It is
-// idempotent itself: running it again (every start in demo mode) changes
-// nothing, and it never resets stock that orders have used.
-func (s *Service) SeedDemo(ctx context.Context) error {
+// SeedDemo creates the demo tenants and their keys, and returns the tenants
+// in the order of DemoTenants. It is idempotent itself: running it again
+// (every start in demo mode) changes nothing. Their catalogs belong to the
+// orders feature, which seeds them (orders.Service.SeedCatalog).
+func (s *Service) SeedDemo(ctx context.Context) ([]Tenant, error) {
+	var out []Tenant
 	for _, d := range DemoTenants() {
+		var t Tenant
 		err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			t, err := insertTenant(ctx, tx, d.Slug, d.Name, s.now())
+			var err error
+			t, err = insertTenant(ctx, tx, d.Slug, d.Name, s.now())
 			if errors.Is(err, ErrTenantExists) {
-				row, gerr := q.TenantGetBySlug(ctx, d.Slug)
+				row, gerr := dbsqlc.New(tx).TenantGetBySlug(ctx, d.Slug)
 				if gerr != nil {
 					return fmt.Errorf("load tenant %q: %w", d.Slug, gerr)
 				}
-				t, err = Tenant{ID: row.ID, Slug: row.Slug, Name: row.Name}, nil
+				t, err = tenantFromRow(row), nil
 			}
 			if err != nil {
 				return err
 			}
-			if err := insertKey(ctx, tx, t.ID, d.APIKey, s.now()); err != nil {
-				return err
-			}
-			for _, p := range DemoCatalog() {
-				if err := q.ProductUpsert(ctx, dbsqlc.ProductUpsertParams{
-					TenantID: t.ID, Sku: p.SKU, Name: p.Name, UnitAmount: p.UnitAmount, Currency: p.Currency, Stock: p.Stock,
-				}); err != nil {
-					return fmt.Errorf("seed product %s: %w", p.SKU, err)
-				}
-			}
-			return nil
+			return insertKey(ctx, tx, t.ID, d.APIKey, s.now())
 		})
 		if err != nil {
-			return fmt.Errorf("seed demo tenant %s: %w", d.Slug, err)
+			return nil, fmt.Errorf("seed demo tenant %s: %w", d.Slug, err)
 		}
+		out = append(out, t)
 	}
-	return nil
+	return out, nil
 }

@@ -1,6 +1,9 @@
 // Package tenants owns tenants, their API keys and the authentication of
 // requests. The tenant a key names is the outermost scope of every
 // idempotency key and every resource (rule 2): nothing is looked up without it.
+//
+// No other package touches the tenants and api_keys tables: their queries
+// are in internal/tenants/internal/dbsqlc.
 package tenants
 
 import (
@@ -18,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tenants/internal/dbsqlc"
 )
 
 // ErrUnknownKey is returned for a missing, unknown or revoked API key.
@@ -78,13 +81,10 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Tenant, error) 
 		return c.tenant, nil
 	}
 	row, err := dbsqlc.New(s.pool).TenantGetByAPIKeyHash(ctx, h[:])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, ErrUnknownKey
-	}
 	if err != nil {
-		return Tenant{}, fmt.Errorf("look up api key: %w", err)
+		return Tenant{}, noRow(err, ErrUnknownKey, "look up api key")
 	}
-	t := Tenant{ID: row.ID, Slug: row.Slug, Name: row.Name}
+	t := tenantFromRow(row)
 	if s.cacheTTL > 0 {
 		s.mu.Lock()
 		if len(s.cache) >= maxCachedKeys {
@@ -125,13 +125,10 @@ func insertTenant(ctx context.Context, tx pgx.Tx, slug, name string, now time.Ti
 		return Tenant{}, err
 	}
 	row, err := dbsqlc.New(tx).TenantInsert(ctx, dbsqlc.TenantInsertParams{ID: id, Slug: slug, Name: name, CreatedAt: now})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, fmt.Errorf("tenant %q: %w", slug, ErrTenantExists)
-	}
 	if err != nil {
-		return Tenant{}, fmt.Errorf("insert tenant %q: %w", slug, err)
+		return Tenant{}, noRow(err, fmt.Errorf("tenant %q: %w", slug, ErrTenantExists), "insert tenant "+slug)
 	}
-	return Tenant{ID: row.ID, Slug: row.Slug, Name: row.Name}, nil
+	return tenantFromRow(row), nil
 }
 
 func insertKey(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, key string, now time.Time) error {
@@ -146,4 +143,17 @@ func insertKey(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, key string, n
 		return fmt.Errorf("insert api key: %w", err)
 	}
 	return nil
+}
+
+func tenantFromRow(r dbsqlc.Tenant) Tenant { return Tenant{ID: r.ID, Slug: r.Slug, Name: r.Name} }
+
+// noRow is the one place where this package's queries' pgx.ErrNoRows
+// becomes the package's own error: none, for a query that found no row, is
+// what the caller names (ErrUnknownKey for a key lookup, ErrTenantExists for
+// an insert that met a taken slug); any other error is wrapped with what.
+func noRow(err, none error, what string) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return none
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -55,14 +55,16 @@ func NewTenant(t testing.TB, pool *pgxpool.Pool) Tenant {
 	return Tenant{Tenant: tn, APIKey: key}
 }
 
-// SeedDemo seeds the demo tenants, their keys and catalogs as demo mode does
+// SeedDemo seeds the demo tenants and their keys as demo mode does
 // (tenants.Service.SeedDemo) and returns them by slug ("acme", "globex"),
-// each found by authenticating its demo key.
+// each found by authenticating its demo key. Their catalogs belong to the
+// orders feature: a test that needs them seeds them through it
+// (orders.Service.SeedCatalog).
 func SeedDemo(t testing.TB, pool *pgxpool.Pool) map[string]Tenant {
 	t.Helper()
 	ctx := context.Background()
 	svc := tenants.NewService(pool, 0, time.Now)
-	if err := svc.SeedDemo(ctx); err != nil {
+	if _, err := svc.SeedDemo(ctx); err != nil {
 		t.Fatalf("seed demo tenants: %v", err)
 	}
 	out := make(map[string]Tenant)

@@ -426,6 +426,36 @@ func (q *Queries) ProductGetMany(ctx context.Context, arg ProductGetManyParams) 
 	return items, nil
 }
 
+const productInsert = `-- name: ProductInsert :exec
+INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant_id, sku) DO NOTHING
+`
+
+type ProductInsertParams struct {
+	TenantID   uuid.UUID
+	Sku        string
+	Name       string
+	UnitAmount int64
+	Currency   string
+	Stock      int64
+}
+
+// ProductInsert adds a product to the tenant's catalog. It does nothing
+// when the tenant has the SKU already: the product keeps its price and its
+// stock, so seeding again never gives back stock that orders took.
+func (q *Queries) ProductInsert(ctx context.Context, arg ProductInsertParams) error {
+	_, err := q.db.Exec(ctx, productInsert,
+		arg.TenantID,
+		arg.Sku,
+		arg.Name,
+		arg.UnitAmount,
+		arg.Currency,
+		arg.Stock,
+	)
+	return err
+}
+
 const productList = `-- name: ProductList :many
 SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 ORDER BY sku
 `

@@ -35,33 +35,6 @@ func (q *Queries) APIKeyInsert(ctx context.Context, arg APIKeyInsertParams) erro
 	return err
 }
 
-const productUpsert = `-- name: ProductUpsert :exec
-INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (tenant_id, sku) DO NOTHING
-`
-
-type ProductUpsertParams struct {
-	TenantID   uuid.UUID
-	Sku        string
-	Name       string
-	UnitAmount int64
-	Currency   string
-	Stock      int64
-}
-
-func (q *Queries) ProductUpsert(ctx context.Context, arg ProductUpsertParams) error {
-	_, err := q.db.Exec(ctx, productUpsert,
-		arg.TenantID,
-		arg.Sku,
-		arg.Name,
-		arg.UnitAmount,
-		arg.Currency,
-		arg.Stock,
-	)
-	return err
-}
-
 const tenantGetByAPIKeyHash = `-- name: TenantGetByAPIKeyHash :one
 SELECT t.id, t.slug, t.name, t.created_at
 FROM api_keys k
