@@ -15,6 +15,9 @@
 // deliveries, within the hour). An operator's replay reaches further back;
 // internal/retention holds the horizons and the retention the sweeper
 // applies to processed_messages.
+//
+// No other package touches the processed_messages table: its queries are in
+// internal/inbox/internal/dbsqlc.
 package inbox
 
 import (
@@ -22,7 +25,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/inbox/internal/dbsqlc"
 )
 
 // Claim records in tx that subscriber processed messageID. first is true
@@ -35,7 +41,7 @@ import (
 // waits for the first transaction and gets first=false if it committed, or
 // first=true if it rolled back. processed_at is the database's clock, the
 // same clock the sweeper will compare it with.
-func Claim(ctx context.Context, tx dbsqlc.DBTX, subscriber, messageID string) (first bool, err error) {
+func Claim(ctx context.Context, tx pgx.Tx, subscriber, messageID string) (first bool, err error) {
 	if subscriber == "" || messageID == "" {
 		return false, fmt.Errorf("inbox claim: subscriber %q and message id %q must not be empty", subscriber, messageID)
 	}
@@ -54,12 +60,12 @@ type Processed struct {
 
 // ProcessedBy returns, for each of messageIDs that was processed, who
 // processed it and when, oldest first.
-func ProcessedBy(ctx context.Context, db dbsqlc.DBTX, messageIDs []string) (map[string][]Processed, error) {
+func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, messageIDs []string) (map[string][]Processed, error) {
 	out := make(map[string][]Processed)
 	if len(messageIDs) == 0 {
 		return out, nil
 	}
-	rows, err := dbsqlc.New(db).InboxListForMessages(ctx, messageIDs)
+	rows, err := dbsqlc.New(pool).InboxListForMessages(ctx, messageIDs)
 	if err != nil {
 		return nil, fmt.Errorf("list processed messages: %w", err)
 	}

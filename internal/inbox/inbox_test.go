@@ -117,10 +117,16 @@ func TestClaimRace(t *testing.T) {
 func TestClaimRefusesEmptyIDs(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	if _, err := inbox.Claim(context.Background(), pool, "", "x"); err == nil {
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := inbox.Claim(ctx, tx, "", "x"); err == nil {
 		t.Fatal("empty subscriber accepted")
 	}
-	if _, err := inbox.Claim(context.Background(), pool, "x", ""); err == nil {
+	if _, err := inbox.Claim(ctx, tx, "x", ""); err == nil {
 		t.Fatal("empty message id accepted")
 	}
 }
