@@ -1,11 +1,10 @@
--- name: WebhookReceiptInsert :one
+-- name: WebhookReceiptInsert :execrows
 -- WebhookReceiptInsert stores a provider delivery by its delivery id
--- (webhook-id). It returns no row (pgx.ErrNoRows) when the delivery was
--- received before: a redelivery changes nothing.
+-- (webhook-id). It affects no row when the delivery was received before: a
+-- redelivery changes nothing.
 INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at)
 VALUES (@delivery_id, @event_type, @payload, @received_at)
-ON CONFLICT (delivery_id) DO NOTHING
-RETURNING delivery_id;
+ON CONFLICT (delivery_id) DO NOTHING;
 
 -- name: WebhookReceiptClaimBatch :many
 -- WebhookReceiptClaimBatch locks up to max_rows unprocessed receipts, oldest

@@ -24,4 +24,7 @@
 //     nothing and emits no event. An event naming nothing of ours is marked
 //     processed with a note; any other failure is counted and retried later
 //     with exponential backoff.
+//
+// No other package touches the webhook_receipts table: its queries are in
+// internal/webhooks/internal/dbsqlc.
 package webhooks

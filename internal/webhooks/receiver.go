@@ -10,13 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/webhooks/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/wire"
 )
 
@@ -99,14 +98,13 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 		}
 		return "", err
 	}
-	_, err = dbsqlc.New(r.pool).WebhookReceiptInsert(req.Context(), dbsqlc.WebhookReceiptInsertParams{
+	stored, err := dbsqlc.New(r.pool).WebhookReceiptInsert(req.Context(), dbsqlc.WebhookReceiptInsertParams{
 		DeliveryID: id,
 		EventType:  ev.typ,
 		Payload:    bytes.TrimSpace(body),
 		ReceivedAt: r.now().UTC().Truncate(time.Microsecond),
 	})
-	duplicate := errors.Is(err, pgx.ErrNoRows)
-	if err != nil && !duplicate {
+	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 			// Valid JSON that jsonb refuses, such as \u0000 in a string.
@@ -114,6 +112,7 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 		}
 		return "", fmt.Errorf("store webhook receipt %s: %w", id, err)
 	}
+	duplicate := stored == 0
 	if !duplicate && r.notify != nil {
 		r.notify()
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/webhooks/internal/dbsqlc"
 )
 
 // BatchSize is how many receipts one round of Run claims.

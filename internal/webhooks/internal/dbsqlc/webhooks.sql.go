@@ -57,11 +57,10 @@ func (q *Queries) WebhookReceiptClaimBatch(ctx context.Context, arg WebhookRecei
 	return items, nil
 }
 
-const webhookReceiptInsert = `-- name: WebhookReceiptInsert :one
+const webhookReceiptInsert = `-- name: WebhookReceiptInsert :execrows
 INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (delivery_id) DO NOTHING
-RETURNING delivery_id
 `
 
 type WebhookReceiptInsertParams struct {
@@ -72,18 +71,19 @@ type WebhookReceiptInsertParams struct {
 }
 
 // WebhookReceiptInsert stores a provider delivery by its delivery id
-// (webhook-id). It returns no row (pgx.ErrNoRows) when the delivery was
-// received before: a redelivery changes nothing.
-func (q *Queries) WebhookReceiptInsert(ctx context.Context, arg WebhookReceiptInsertParams) (string, error) {
-	row := q.db.QueryRow(ctx, webhookReceiptInsert,
+// (webhook-id). It affects no row when the delivery was received before: a
+// redelivery changes nothing.
+func (q *Queries) WebhookReceiptInsert(ctx context.Context, arg WebhookReceiptInsertParams) (int64, error) {
+	result, err := q.db.Exec(ctx, webhookReceiptInsert,
 		arg.DeliveryID,
 		arg.EventType,
 		arg.Payload,
 		arg.ReceivedAt,
 	)
-	var delivery_id string
-	err := row.Scan(&delivery_id)
-	return delivery_id, err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const webhookReceiptMarkProcessed = `-- name: WebhookReceiptMarkProcessed :exec
