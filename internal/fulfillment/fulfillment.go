@@ -19,6 +19,9 @@
 // a paid order ships: the status moves forward only, so an order refunded
 // before its payment.succeeded arrived is not shipped, and the status is a
 // business-level guard that outlives the inbox's retention.
+//
+// Fulfillment owns the notifications it records; no other package touches
+// that table: its queries are in internal/fulfillment/internal/dbsqlc.
 package fulfillment
 
 import (
@@ -35,7 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncepay/oncepay/internal/broker"
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/fulfillment/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/postgres"
