@@ -444,7 +444,7 @@ func outboxCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		if args[0] == "retry" {
 			_, retried, err := outbox.NewAdmin(pool, nil, logger).Retry(ctx, id)
-			if errors.Is(err, postgres.ErrNotFound) {
+			if errors.Is(err, outbox.ErrNotFound) {
 				return fmt.Errorf("no event %s", id)
 			}
 			if err != nil {
@@ -469,7 +469,7 @@ func outboxCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		defer nc.Close()
 		res, err := outbox.NewAdmin(pool, js, logger).Replay(ctx, id)
-		if errors.Is(err, postgres.ErrNotFound) {
+		if errors.Is(err, outbox.ErrNotFound) {
 			return fmt.Errorf("no event %s", id)
 		}
 		if err != nil {

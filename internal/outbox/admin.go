@@ -14,7 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/wire"
@@ -112,22 +112,23 @@ func (a *Admin) Stuck(ctx context.Context, limit int) ([]Stored, error) {
 // Retry makes an unpublished event (stuck, or waiting out a backoff) due at
 // once with a fresh count of attempts, and wakes the dispatchers. retried is
 // false when the event was already published: nothing to do (use Replay to
-// send a published event again). An unknown id is postgres.ErrNotFound.
-// Retrying twice is harmless.
+// send a published event again). An unknown id is ErrNotFound. Retrying
+// twice is harmless.
 func (a *Admin) Retry(ctx context.Context, id uuid.UUID) (ev Stored, retried bool, err error) {
 	err = postgres.InTx(ctx, a.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		row, err := q.OutboxRetry(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if err = notFound(err, "retry outbox event "+id.String()); errors.Is(err, ErrNotFound) {
+			// Published, or unknown.
 			row, err = q.OutboxGet(ctx, id)
 			if err != nil {
-				return fmt.Errorf("load outbox event %s: %w", id, postgres.NotFound(err))
+				return notFound(err, "load outbox event "+id.String())
 			}
 			ev = storedFromRow(row)
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("retry outbox event %s: %w", id, err)
+			return err
 		}
 		ev, retried = storedFromRow(row), true
 		if err := q.OutboxNotify(ctx); err != nil {
@@ -161,14 +162,14 @@ type ReplayResult struct {
 // original id as Nats-Msg-Id, and waits for the PubAck. It is the operator's
 // tool when a consumer missed an event, and the demonstration of rule 8: a
 // replay is harmless because consumers deduplicate by message id
-// themselves. An unknown id is postgres.ErrNotFound.
+// themselves. An unknown id is ErrNotFound.
 func (a *Admin) Replay(ctx context.Context, id uuid.UUID) (ReplayResult, error) {
 	if a.js == nil {
 		return ReplayResult{}, errors.New("replay: no broker connection")
 	}
 	row, err := dbsqlc.New(a.pool).OutboxGet(ctx, id)
 	if err != nil {
-		return ReplayResult{}, fmt.Errorf("load outbox event %s: %w", id, postgres.NotFound(err))
+		return ReplayResult{}, notFound(err, "load outbox event "+id.String())
 	}
 	ack, err := a.js.PublishMsg(ctx, message(row))
 	if err != nil {
@@ -225,7 +226,7 @@ func (h *AdminHandler) Retry(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such event.")
 	}
 	ev, retried, err := h.admin.Retry(c.Request().Context(), id)
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return problem.New(problem.NotFound, "No such event.")
 	}
 	if err != nil {
@@ -243,7 +244,7 @@ func (h *AdminHandler) Replay(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such event.")
 	}
 	res, err := h.admin.Replay(c.Request().Context(), id)
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return problem.New(problem.NotFound, "No such event.")
 	}
 	if err != nil {

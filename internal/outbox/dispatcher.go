@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncepay/oncepay/internal/broker"
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
 )
 
 // NotifyChannel is the PostgreSQL channel the dispatchers listen on, for

@@ -280,7 +280,7 @@ func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
 	if _, retried, err := admin.Retry(ctx, id); err != nil || retried {
 		t.Fatalf("Retry of a published event: retried %t, %v; want false, nil", retried, err)
 	}
-	if _, _, err := admin.Retry(ctx, uuid.New()); !errors.Is(err, postgres.ErrNotFound) {
+	if _, _, err := admin.Retry(ctx, uuid.New()); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("Retry of an unknown event: %v, want ErrNotFound", err)
 	}
 }

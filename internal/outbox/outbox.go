@@ -9,18 +9,26 @@
 // one harmless (rule 8: broker deduplication never replaces idempotent side
 // effects). Admin holds the operator's actions (retry a stuck event, replay
 // a published one); Handler serves GET /v1/events.
+//
+// No other package touches the outbox_events table: its queries are in
+// internal/outbox/internal/dbsqlc.
 package outbox
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
 )
+
+// ErrNotFound is returned for an event that does not exist.
+var ErrNotFound = errors.New("no such event")
 
 // Event is one fact to publish.
 type Event struct {
@@ -41,7 +49,7 @@ type Event struct {
 
 // Append writes e in the caller's transaction. A zero ID gets a fresh
 // time-ordered UUID.
-func Append(ctx context.Context, tx dbsqlc.DBTX, e Event) (uuid.UUID, error) {
+func Append(ctx context.Context, tx pgx.Tx, e Event) (uuid.UUID, error) {
 	if e.ID == uuid.Nil {
 		var err error
 		if e.ID, err = uuid.NewV7(); err != nil {
@@ -66,4 +74,16 @@ func Append(ctx context.Context, tx dbsqlc.DBTX, e Event) (uuid.UUID, error) {
 		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)
 	}
 	return e.ID, nil
+}
+
+// notFound is the one place where this package's queries' pgx.ErrNoRows
+// becomes ErrNotFound; other errors are wrapped with what, and nil stays nil.
+func notFound(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
