@@ -16,9 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ErrNotFound is returned (wrapped) when a row that must exist does not.
-var ErrNotFound = errors.New("not found")
-
 // PoolConfig tunes the pool. Zero values take the documented defaults.
 type PoolConfig struct {
 	// MaxConns bounds the open connections (default 20).
@@ -131,12 +128,4 @@ func IsUniqueViolation(err error, constraint string) bool {
 func IsLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable
-}
-
-// NotFound turns pgx.ErrNoRows into ErrNotFound and passes other errors on.
-func NotFound(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	return err
 }

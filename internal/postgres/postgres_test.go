@@ -157,17 +157,6 @@ func TestIsLockTimeout(t *testing.T) {
 	}
 }
 
-func TestNotFound(t *testing.T) {
-	t.Parallel()
-	if !errors.Is(postgres.NotFound(pgx.ErrNoRows), postgres.ErrNotFound) {
-		t.Fatal("ErrNoRows is not ErrNotFound")
-	}
-	other := errors.New("x")
-	if postgres.NotFound(other) != other {
-		t.Fatal("other errors are changed")
-	}
-}
-
 func TestMigrateDownAndUp(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
