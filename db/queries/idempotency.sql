@@ -59,3 +59,24 @@ UPDATE api_idempotency a SET locked_until = @locked_until, updated_at = @now
 FROM expired e
 WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
 RETURNING a.*;
+
+-- name: IdempotencyDeleteExpired :execrows
+-- IdempotencyDeleteExpired deletes up to max_rows finished idempotency
+-- records that expired at or before cutoff, oldest first. Pending records
+-- (an operation still unsettled) are never candidates. SKIP LOCKED: a record
+-- a request is reading for update is left for the next round, and two
+-- sweepers never wait on each other.
+DELETE FROM api_idempotency a
+USING (
+    SELECT r.tenant_id, r.operation, r.idempotency_key FROM api_idempotency r
+    WHERE r.state <> 'pending' AND r.expires_at <= @cutoff::timestamptz
+    ORDER BY r.expires_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key;
+
+-- name: IdempotencyCountStuck :one
+-- IdempotencyCountStuck counts pending idempotency records whose lease ran
+-- out before cutoff: operations nobody has settled for a long time.
+SELECT count(*) FROM api_idempotency WHERE state = 'pending' AND locked_until < @cutoff::timestamptz;

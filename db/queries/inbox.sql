@@ -11,3 +11,17 @@ ON CONFLICT DO NOTHING;
 SELECT * FROM processed_messages
 WHERE message_id = ANY(@message_ids::text[])
 ORDER BY message_id, processed_at, subscriber;
+
+-- name: InboxDeleteProcessed :execrows
+-- InboxDeleteProcessed deletes inbox rows of messages processed
+-- at or before cutoff. The policy keeps them at least as long as the broker
+-- may redeliver and an operator may replay the message.
+DELETE FROM processed_messages m
+USING (
+    SELECT r.message_id, r.subscriber FROM processed_messages r
+    WHERE r.processed_at <= @cutoff::timestamptz
+    ORDER BY r.processed_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber;

@@ -81,3 +81,16 @@ LIMIT @max_rows;
 -- name: OutboxNotify :exec
 -- OutboxNotify wakes the dispatchers of every process (an operator's retry).
 SELECT pg_notify('oncepay_outbox', '');
+
+-- name: OutboxDeletePublished :execrows
+-- OutboxDeletePublished deletes published outbox rows published at
+-- or before cutoff. Unpublished rows are never candidates.
+DELETE FROM outbox_events o
+USING (
+    SELECT r.id FROM outbox_events r
+    WHERE r.published_at IS NOT NULL AND r.published_at <= @cutoff::timestamptz
+    ORDER BY r.published_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE o.id = d.id;

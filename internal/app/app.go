@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
@@ -159,7 +160,13 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if cfg.PSPURL != "" {
 		sim = demo.NewSimulator(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout)
 	}
-	a.sweeper = retention.NewSweeper(pool, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
+	a.sweeper = retention.NewSweeper(pool, retention.Tables{
+		Idempotency:       idem.DeleteExpired,
+		PublishedEvents:   outbox.DeleteExpired,
+		WebhookReceipts:   webhooks.DeleteExpired,
+		ProcessedMessages: inbox.DeleteExpired,
+		CountStuck:        idem.CountStuck,
+	}, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
 		retention.WithDutyCycle(cfg.SweepDutyCycle))
 	a.handler = httpapi.New(httpapi.Deps{

@@ -153,9 +153,9 @@ func Outcomes() []Outcome {
 	return []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeMismatch, OutcomeInProgress, OutcomeResumed, OutcomeLateRetry}
 }
 
-// DB runs queries: a pool, a connection or a transaction. Only Lookup takes
-// one, because reading a final record needs no transaction; every method
-// that writes takes a pgx.Tx.
+// DB runs queries: a pool, a connection or a transaction. Only the reads
+// (Lookup, CountStuck) take one, because they need no transaction; every
+// method that writes takes a pgx.Tx.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -7,7 +7,8 @@
 // dedup record has a retention (Policy), and Check refuses to start a service
 // whose retention is shorter than a horizon it must cover. The Sweeper then
 // deletes expired records without blocking live traffic, and never a record
-// whose business operation is unsettled.
+// whose business operation is unsettled. It owns no table: it runs the
+// deletes of the packages that own them (Tables).
 package retention
 
 import (

@@ -13,8 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // covers are operations as the registry declares them (operation.Spec).
@@ -81,6 +84,18 @@ func (c *clock) set(t time.Time) {
 	c.t = t
 }
 
+// tables are the owners' deletes, as the service wires them.
+func tables() retention.Tables {
+	idem := idempotency.NewStore(retention.DefaultPolicy().Idempotency, time.Minute, time.Now)
+	return retention.Tables{
+		Idempotency:       idem.DeleteExpired,
+		PublishedEvents:   outbox.DeleteExpired,
+		WebhookReceipts:   webhooks.DeleteExpired,
+		ProcessedMessages: inbox.DeleteExpired,
+		CountStuck:        idem.CountStuck,
+	}
+}
+
 type bundle struct {
 	pool    *pgxpool.Pool
 	clock   *clock
@@ -94,7 +109,7 @@ func setup(t *testing.T) *bundle {
 	pool := testdb.Pool(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	b := &bundle{pool: pool, clock: &clock{t: t0}, tenant: uuid.New(), t0: t0}
-	b.sweeper = retention.NewSweeper(pool, retention.DefaultPolicy(), 100, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now)
+	b.sweeper = retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), 100, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now)
 	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, 't', 'T', $2)`, b.tenant, t0)
 	return b
 }

@@ -10,13 +10,41 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
+
+// DeleteFunc deletes, in tx, up to limit rows of one table that are older
+// than cutoff and that the table's owner may forget, and reports how many it
+// deleted. It must skip rows other transactions hold (FOR UPDATE SKIP
+// LOCKED) rather than wait for them.
+type DeleteFunc func(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error)
+
+// Tables are what the sweeper runs. The sweeper owns no table: each record
+// kind is deleted by the package that owns its table, and the sweeper
+// decides only when (the policy's cutoffs), how much at a time and how fast.
+type Tables struct {
+	// Idempotency deletes finished idempotency records whose own expiry is
+	// at or before cutoff (idempotency.Store.DeleteExpired).
+	Idempotency DeleteFunc
+	// PublishedEvents deletes outbox events published at or before cutoff
+	// (outbox.DeleteExpired).
+	PublishedEvents DeleteFunc
+	// WebhookReceipts deletes processed webhook receipts received at or
+	// before cutoff (webhooks.DeleteExpired).
+	WebhookReceipts DeleteFunc
+	// ProcessedMessages deletes the consumers' inbox rows of messages
+	// processed at or before cutoff (inbox.DeleteExpired).
+	ProcessedMessages DeleteFunc
+	// CountStuck counts pending idempotency records whose lease ran out
+	// before cutoff (idempotency.Store.CountStuck).
+	CountStuck func(ctx context.Context, db idempotency.DB, cutoff time.Time) (int64, error)
+}
 
 // Sweeper deletes expired records in small batches.
 type Sweeper struct {
 	pool   *pgxpool.Pool
+	tables Tables
 	policy Policy
 	batch  int
 	// stuckAfter is how long a pending record may sit with an expired lease
@@ -54,10 +82,11 @@ func WithDutyCycle(duty float64) SweeperOption {
 // time deleting, measured in docs/BENCHMARKS.md (sweep comparison).
 const DefaultDutyCycle = 0.0625
 
-// NewSweeper returns a Sweeper that deletes at most batch rows per
-// statement, paced by DefaultDutyCycle unless an option says otherwise.
-func NewSweeper(pool *pgxpool.Pool, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
-	s := &Sweeper{pool: pool, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle, sleep: sleep}
+// NewSweeper returns a Sweeper that runs the owners' deletes in tables with
+// the cutoffs of policy, at most batch rows per statement, paced by
+// DefaultDutyCycle unless an option says otherwise.
+func NewSweeper(pool *pgxpool.Pool, tables Tables, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
+	s := &Sweeper{pool: pool, tables: tables, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle, sleep: sleep}
 	for _, o := range opts {
 		o(s)
 	}
@@ -88,22 +117,15 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 	rep := Report{Deleted: map[string]int64{}}
 	kinds := []struct {
 		name   string
-		delete func(q *dbsqlc.Queries) (int64, error)
+		cutoff time.Time
+		delete DeleteFunc
 	}{
-		{"api_idempotency", func(q *dbsqlc.Queries) (int64, error) {
-			// Each record carries its own expiry, set from the policy of its
-			// operation when it was finished.
-			return q.RetentionDeleteIdempotency(ctx, dbsqlc.RetentionDeleteIdempotencyParams{Cutoff: now, MaxRows: int32(s.batch)})
-		}},
-		{"outbox_events", func(q *dbsqlc.Queries) (int64, error) {
-			return q.RetentionDeletePublishedEvents(ctx, dbsqlc.RetentionDeletePublishedEventsParams{Cutoff: now.Add(-s.policy.PublishedEvents), MaxRows: int32(s.batch)})
-		}},
-		{"webhook_receipts", func(q *dbsqlc.Queries) (int64, error) {
-			return q.RetentionDeleteWebhookReceipts(ctx, dbsqlc.RetentionDeleteWebhookReceiptsParams{Cutoff: now.Add(-s.policy.WebhookReceipts), MaxRows: int32(s.batch)})
-		}},
-		{"processed_messages", func(q *dbsqlc.Queries) (int64, error) {
-			return q.RetentionDeleteProcessedMessages(ctx, dbsqlc.RetentionDeleteProcessedMessagesParams{Cutoff: now.Add(-s.policy.ProcessedMessages), MaxRows: int32(s.batch)})
-		}},
+		// Each idempotency record carries its own expiry, set from the
+		// policy of its operation when it was finished.
+		{"api_idempotency", now, s.tables.Idempotency},
+		{"outbox_events", now.Add(-s.policy.PublishedEvents), s.tables.PublishedEvents},
+		{"webhook_receipts", now.Add(-s.policy.WebhookReceipts), s.tables.WebhookReceipts},
+		{"processed_messages", now.Add(-s.policy.ProcessedMessages), s.tables.ProcessedMessages},
 	}
 	for _, k := range kinds {
 		for {
@@ -119,7 +141,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 					return err
 				}
 				var err error
-				n, err = k.delete(dbsqlc.New(tx))
+				n, err = k.delete(ctx, tx, k.cutoff, s.batch)
 				return err
 			})
 			if err != nil {
@@ -134,7 +156,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			}
 		}
 	}
-	stuck, err := dbsqlc.New(s.pool).RetentionCountStuck(ctx, now.Add(-s.stuckAfter))
+	stuck, err := s.tables.CountStuck(ctx, s.pool, now.Add(-s.stuckAfter))
 	if err != nil {
 		return rep, fmt.Errorf("count stuck operations: %w", err)
 	}

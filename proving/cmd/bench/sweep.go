@@ -10,7 +10,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // The sweep comparison (--sweep-records N): does forgetting a month of
@@ -119,8 +123,15 @@ func (s *sweepBench) seed(ctx context.Context, out io.Writer) error {
 // deleted.
 func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption) (int64, error) {
 	opts = append([]retention.SweeperOption{retention.WithDutyCycle(s.duty)}, opts...)
-	sw := retention.NewSweeper(s.pool, retention.DefaultPolicy(), s.batch, time.Hour,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
+	policy := retention.DefaultPolicy()
+	idem := idempotency.NewStore(policy.Idempotency, time.Minute, time.Now)
+	sw := retention.NewSweeper(s.pool, retention.Tables{
+		Idempotency:       idem.DeleteExpired,
+		PublishedEvents:   outbox.DeleteExpired,
+		WebhookReceipts:   webhooks.DeleteExpired,
+		ProcessedMessages: inbox.DeleteExpired,
+		CountStuck:        idem.CountStuck,
+	}, policy, s.batch, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
 	rep, err := sw.SweepOnce(ctx)
 	var n int64
 	for _, d := range rep.Deleted {

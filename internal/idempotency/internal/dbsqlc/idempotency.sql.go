@@ -115,6 +115,49 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 	return items, nil
 }
 
+const idempotencyCountStuck = `-- name: IdempotencyCountStuck :one
+SELECT count(*) FROM api_idempotency WHERE state = 'pending' AND locked_until < $1::timestamptz
+`
+
+// IdempotencyCountStuck counts pending idempotency records whose lease ran
+// out before cutoff: operations nobody has settled for a long time.
+func (q *Queries) IdempotencyCountStuck(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, idempotencyCountStuck, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const idempotencyDeleteExpired = `-- name: IdempotencyDeleteExpired :execrows
+DELETE FROM api_idempotency a
+USING (
+    SELECT r.tenant_id, r.operation, r.idempotency_key FROM api_idempotency r
+    WHERE r.state <> 'pending' AND r.expires_at <= $1::timestamptz
+    ORDER BY r.expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key
+`
+
+type IdempotencyDeleteExpiredParams struct {
+	Cutoff  time.Time
+	MaxRows int32
+}
+
+// IdempotencyDeleteExpired deletes up to max_rows finished idempotency
+// records that expired at or before cutoff, oldest first. Pending records
+// (an operation still unsettled) are never candidates. SKIP LOCKED: a record
+// a request is reading for update is left for the next round, and two
+// sweepers never wait on each other.
+func (q *Queries) IdempotencyDeleteExpired(ctx context.Context, arg IdempotencyDeleteExpiredParams) (int64, error) {
+	result, err := q.db.Exec(ctx, idempotencyDeleteExpired, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const idempotencyFinish = `-- name: IdempotencyFinish :execrows
 UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,

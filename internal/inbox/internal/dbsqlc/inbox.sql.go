@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
 
 const inboxClaim = `-- name: InboxClaim :execrows
@@ -25,6 +26,34 @@ type InboxClaimParams struct {
 // concurrent claim of the same message waits for the first one's commit.
 func (q *Queries) InboxClaim(ctx context.Context, arg InboxClaimParams) (int64, error) {
 	result, err := q.db.Exec(ctx, inboxClaim, arg.Subscriber, arg.MessageID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const inboxDeleteProcessed = `-- name: InboxDeleteProcessed :execrows
+DELETE FROM processed_messages m
+USING (
+    SELECT r.message_id, r.subscriber FROM processed_messages r
+    WHERE r.processed_at <= $1::timestamptz
+    ORDER BY r.processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber
+`
+
+type InboxDeleteProcessedParams struct {
+	Cutoff  time.Time
+	MaxRows int32
+}
+
+// InboxDeleteProcessed deletes inbox rows of messages processed
+// at or before cutoff. The policy keeps them at least as long as the broker
+// may redeliver and an operator may replay the message.
+func (q *Queries) InboxDeleteProcessed(ctx context.Context, arg InboxDeleteProcessedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, inboxDeleteProcessed, arg.Cutoff, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}

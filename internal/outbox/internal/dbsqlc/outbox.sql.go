@@ -87,6 +87,33 @@ func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchPara
 	return items, nil
 }
 
+const outboxDeletePublished = `-- name: OutboxDeletePublished :execrows
+DELETE FROM outbox_events o
+USING (
+    SELECT r.id FROM outbox_events r
+    WHERE r.published_at IS NOT NULL AND r.published_at <= $1::timestamptz
+    ORDER BY r.published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE o.id = d.id
+`
+
+type OutboxDeletePublishedParams struct {
+	Cutoff  time.Time
+	MaxRows int32
+}
+
+// OutboxDeletePublished deletes published outbox rows published at
+// or before cutoff. Unpublished rows are never candidates.
+func (q *Queries) OutboxDeletePublished(ctx context.Context, arg OutboxDeletePublishedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeletePublished, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxGet = `-- name: OutboxGet :one
 SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events WHERE id = $1
 `

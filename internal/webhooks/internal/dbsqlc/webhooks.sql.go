@@ -57,6 +57,33 @@ func (q *Queries) WebhookReceiptClaimBatch(ctx context.Context, arg WebhookRecei
 	return items, nil
 }
 
+const webhookReceiptDeleteProcessed = `-- name: WebhookReceiptDeleteProcessed :execrows
+DELETE FROM webhook_receipts w
+USING (
+    SELECT r.delivery_id FROM webhook_receipts r
+    WHERE r.processed_at IS NOT NULL AND r.received_at <= $1::timestamptz
+    ORDER BY r.received_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
+WHERE w.delivery_id = d.delivery_id
+`
+
+type WebhookReceiptDeleteProcessedParams struct {
+	Cutoff  time.Time
+	MaxRows int32
+}
+
+// WebhookReceiptDeleteProcessed deletes processed webhook receipts received
+// at or before cutoff. Unprocessed receipts are never candidates.
+func (q *Queries) WebhookReceiptDeleteProcessed(ctx context.Context, arg WebhookReceiptDeleteProcessedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, webhookReceiptDeleteProcessed, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const webhookReceiptInsert = `-- name: WebhookReceiptInsert :execrows
 INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at)
 VALUES ($1, $2, $3, $4)

@@ -1,4 +1,4 @@
-package retention
+package retention_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
 )
 
@@ -34,12 +35,12 @@ func TestSweepPacesABacklog(t *testing.T) {
 			FROM generate_series(1, 31) g`, tenant); err != nil {
 			t.Fatal(err)
 		}
-		s := NewSweeper(pool, DefaultPolicy(), 10, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, WithDutyCycle(c.duty))
+		s := retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), 10, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, retention.WithDutyCycle(c.duty))
 		var pauses []time.Duration
-		s.sleep = func(_ context.Context, d time.Duration) error {
+		retention.SetSleep(s, func(_ context.Context, d time.Duration) error {
 			pauses = append(pauses, d)
 			return nil
-		}
+		})
 		rep, err := s.SweepOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -56,8 +57,8 @@ func TestSweepPacesABacklog(t *testing.T) {
 			}
 		}
 	}
-	s := &Sweeper{duty: 0.25}
-	if got := s.pause(10 * time.Millisecond); got != 30*time.Millisecond {
+	s := retention.NewSweeper(nil, retention.Tables{}, retention.DefaultPolicy(), 10, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, retention.WithDutyCycle(0.25))
+	if got := retention.Pause(s, 10*time.Millisecond); got != 30*time.Millisecond {
 		t.Fatalf("pause after a 10 ms batch at duty 1/4 = %v, want 30 ms", got)
 	}
 }
