@@ -29,7 +29,7 @@ build:
 	$(GO) build -o bin/api ./cmd/api
 	$(GO) build -o bin/pspsim ./proving/cmd/pspsim
 
-## generate: regenerate internal/dbsqlc from db/queries and db/migrations (sqlc pinned in tools/go.mod)
+## generate: regenerate each feature's internal/dbsqlc from db/queries and db/migrations (sqlc pinned in tools/go.mod)
 generate:
 	$(SQLC) generate
 

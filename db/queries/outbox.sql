@@ -62,6 +62,10 @@ RETURNING e.id, e.tenant_id, e.event_type, e.attempts, e.stuck_at;
 -- name: OutboxGet :one
 SELECT * FROM outbox_events WHERE id = $1;
 
+-- name: OutboxExists :one
+-- OutboxExists reports whether the tenant has the event.
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE tenant_id = $1 AND id = $2);
+
 -- name: OutboxRetry :one
 -- OutboxRetry makes an unpublished event due at once with a fresh count of
 -- attempts: the operator's answer to a stuck event. A row leased right now

@@ -67,3 +67,17 @@ RETURNING *;
 UPDATE refunds SET status = 'failed', failure_code = @failure_code, updated_at = @now
 WHERE id = @id AND status = 'pending'
 RETURNING *;
+
+-- name: PaymentListByOrder :many
+-- PaymentListByOrder lists every payment attempt of one of the tenant's
+-- orders, oldest first: declined ones, the live one, and any that are still
+-- pending.
+SELECT * FROM payments WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, id;
+
+-- name: RefundListByOrder :many
+-- RefundListByOrder lists the refunds of all payments of one of the
+-- tenant's orders, oldest first.
+SELECT r.* FROM refunds r
+JOIN payments p ON p.id = r.payment_id
+WHERE p.tenant_id = $1 AND p.order_id = $2
+ORDER BY r.created_at, r.id;

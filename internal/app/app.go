@@ -177,7 +177,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Payments: payments.NewHandler(a.payments),
 		Events:   outbox.NewHandler(pool),
 		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
-		Demo: demo.NewHandler(cfg.DemoMode, pool, sim, func(ctx context.Context, id uuid.UUID) error {
+		Demo: demo.NewHandler(cfg.DemoMode, pool, orderSvc, a.payments, sim, func(ctx context.Context, id uuid.UUID) error {
 			_, err := a.outboxAdmin.Replay(ctx, id)
 			return err
 		}, logger),

@@ -46,7 +46,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
-	"github.com/oncepay/oncepay/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/orders"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
@@ -59,21 +61,25 @@ type ReplayFunc func(ctx context.Context, eventID uuid.UUID) error
 
 // Handler serves the demo endpoints and the chaos middleware.
 type Handler struct {
-	enabled bool
-	pool    *pgxpool.Pool
-	sim     *Simulator
-	replay  ReplayFunc
-	logger  *slog.Logger
+	enabled  bool
+	pool     *pgxpool.Pool
+	orders   *orders.Service
+	payments *payments.Service
+	sim      *Simulator
+	replay   ReplayFunc
+	logger   *slog.Logger
 }
 
 // NewHandler returns the demo handler. enabled is the service's demo mode:
-// when false, every endpoint answers 404 and Chaos refuses its header. sim
+// when false, every endpoint answers 404 and Chaos refuses its header. The
+// handler owns no table: it reads orders through orderSvc, payments and
+// refunds through paySvc and events through the outbox, on pool. sim
 // reaches the payment provider's ledger and faults, when the provider is the
 // simulator; nil (no provider to ask) makes charge counts null and faults
 // unavailable. replay republishes an outbox event; nil hides the replay
 // control.
-func NewHandler(enabled bool, pool *pgxpool.Pool, sim *Simulator, replay ReplayFunc, logger *slog.Logger) *Handler {
-	return &Handler{enabled: enabled, pool: pool, sim: sim, replay: replay, logger: logger}
+func NewHandler(enabled bool, pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, sim *Simulator, replay ReplayFunc, logger *slog.Logger) *Handler {
+	return &Handler{enabled: enabled, pool: pool, orders: orderSvc, payments: paySvc, sim: sim, replay: replay, logger: logger}
 }
 
 // paymentMethods are the simulator's test cards, which the demo UI offers:
@@ -189,9 +195,9 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 	ctx := c.Request().Context()
 	tenantID := tenants.FromContext(c).ID
 	var (
-		order dbsqlc.DemoOrderGetRow
-		pays  []dbsqlc.Payment
-		refs  []dbsqlc.Refund
+		order orders.Order
+		pays  []payments.Payment
+		refs  []payments.Refund
 	)
 	err = postgres.InTx(ctx, h.pool, func(tx pgx.Tx) error {
 		// One read-only snapshot, so the order, its payments and its
@@ -199,20 +205,17 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
 			return fmt.Errorf("snapshot: %w", err)
 		}
-		q := dbsqlc.New(tx)
 		var err error
-		if order, err = q.DemoOrderGet(ctx, dbsqlc.DemoOrderGetParams{TenantID: tenantID, ID: id}); err != nil {
-			return fmt.Errorf("load order: %w", err)
+		if order, err = h.orders.GetTx(ctx, tx, tenantID, id); err != nil {
+			return err
 		}
-		if pays, err = q.DemoPaymentListByOrder(ctx, dbsqlc.DemoPaymentListByOrderParams{TenantID: tenantID, OrderID: id}); err != nil {
-			return fmt.Errorf("list payments: %w", err)
+		if pays, err = h.payments.PaymentsOfOrder(ctx, tx, tenantID, id); err != nil {
+			return err
 		}
-		if refs, err = q.DemoRefundListByOrder(ctx, dbsqlc.DemoRefundListByOrderParams{TenantID: tenantID, OrderID: id}); err != nil {
-			return fmt.Errorf("list refunds: %w", err)
-		}
-		return nil
+		refs, err = h.payments.RefundsOfOrder(ctx, tx, tenantID, id)
+		return err
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, orders.ErrNotFound) {
 		return problem.New(problem.NotFound, "No such order.")
 	}
 	if err != nil {
@@ -220,13 +223,13 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 	}
 
 	out := orderPaymentsJSON{
-		OrderID: order.ID, OrderStatus: order.Status, AmountTotal: order.AmountTotal, Currency: order.Currency,
+		OrderID: order.ID, OrderStatus: string(order.Status), AmountTotal: order.AmountTotal, Currency: order.Currency,
 		Payments: make([]paymentJSON, 0, len(pays)), Refunds: make([]refundJSON, 0, len(refs)),
 	}
 	charged, counted := 0, h.sim != nil
 	for _, p := range pays {
 		pj := paymentJSON{
-			ID: p.ID, Status: p.Status, Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod,
+			ID: p.ID, Status: string(p.Status), Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod,
 			IdempotencyKey: p.IdempotencyKey, ProviderChargeID: p.ProviderChargeID, FailureCode: p.FailureCode,
 			AmountRefunded: p.AmountRefunded, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		}
@@ -249,7 +252,7 @@ func (h *Handler) OrderPayments(c echo.Context) error {
 	}
 	for _, r := range refs {
 		out.Refunds = append(out.Refunds, refundJSON{
-			ID: r.ID, PaymentID: r.PaymentID, Status: r.Status, Amount: r.Amount,
+			ID: r.ID, PaymentID: r.PaymentID, Status: string(r.Status), Amount: r.Amount,
 			IdempotencyKey: r.IdempotencyKey, ProviderRefundID: r.ProviderRefundID, CreatedAt: r.CreatedAt.UTC(),
 		})
 	}
@@ -430,9 +433,9 @@ func (h *Handler) ReplayEvent(c echo.Context) error {
 		return problem.New(problem.NotFound, "No such event.")
 	}
 	ctx := c.Request().Context()
-	exists, err := dbsqlc.New(h.pool).DemoEventExists(ctx, dbsqlc.DemoEventExistsParams{TenantID: tenants.FromContext(c).ID, ID: id})
+	exists, err := outbox.HasEvent(ctx, h.pool, tenants.FromContext(c).ID, id)
 	if err != nil {
-		return fmt.Errorf("look up event: %w", err)
+		return err
 	}
 	if !exists { // another tenant's event is "no such event" too
 		return problem.New(problem.NotFound, "No such event.")

@@ -112,7 +112,7 @@ func notSimulator(t *testing.T) *demo.Simulator {
 
 func TestChaosLoseResponse(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
 	_, _, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err == nil {
 		t.Fatal("the response arrived; want the connection closed without an answer")
@@ -128,7 +128,7 @@ func TestChaosLoseResponse(t *testing.T) {
 
 func TestChaosLosesErrorAnswersToo(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
 	// A 404 of the router is an answer like any other: it is lost too.
 	if _, _, err := send(t, srv, "POST", "/v1/nothing", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse}); err == nil {
 		t.Fatal("the error answer arrived; want the connection closed")
@@ -137,7 +137,7 @@ func TestChaosLosesErrorAnswersToo(t *testing.T) {
 
 func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(false, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(false, nil, nil, nil, nil, nil, logger()))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 
 func TestChaosUnknownValue(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: "set-fire"})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 	t.Parallel()
 	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
 	_, sim := newPSP(t)
-	srv, _ := server(t, demo.NewHandler(false, nil, sim, replay, logger()))
+	srv, _ := server(t, demo.NewHandler(false, nil, nil, nil, sim, replay, logger()))
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/demo", ""},
 		{"GET", "/demo/faults", ""},
@@ -187,7 +187,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
 	res, body, err := send(t, srv, "GET", "/demo", "", nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %v %s", err, body)
@@ -220,7 +220,7 @@ func TestStatusAsksTheProvider(t *testing.T) {
 		{"not a simulator", notSimulator(t), false},
 		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, "sk_sim_wrong", 5*time.Second), false},
 	} {
-		srv, _ := server(t, demo.NewHandler(true, nil, tc.sim, nil, logger()))
+		srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, tc.sim, nil, logger()))
 		res, body, err := send(t, srv, "GET", "/demo", "", nil)
 		if err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: GET /demo: %v %s", tc.name, err, body)
@@ -237,7 +237,7 @@ func TestSetFaults(t *testing.T) {
 	if err := psp.SetFaults(pspsim.Faults{LatencyMS: 7, FailNext: 2}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := server(t, demo.NewHandler(true, nil, sim, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, sim, nil, logger()))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("PUT /demo/faults: %v %s", err, body)
@@ -268,7 +268,7 @@ func TestSetFaults(t *testing.T) {
 func TestWithoutSimulatorOrReplay(t *testing.T) {
 	t.Parallel()
 	for _, sim := range []*demo.Simulator{nil, notSimulator(t)} {
-		srv, _ := server(t, demo.NewHandler(true, nil, sim, nil, logger()))
+		srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, sim, nil, logger()))
 		for _, r := range []struct{ method, path, body string }{
 			{"GET", "/demo/faults", ""},
 			{"PUT", "/demo/faults", `{"drop_next":1}`},

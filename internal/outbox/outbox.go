@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
 )
@@ -94,4 +95,14 @@ func notFound(err error, what string) error {
 // and a row another transaction holds is skipped for the next batch.
 func DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
 	return dbsqlc.New(tx).OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{Cutoff: cutoff, MaxRows: int32(limit)})
+}
+
+// HasEvent reports whether the tenant has event id; another tenant's event
+// is one it does not have.
+func HasEvent(ctx context.Context, pool *pgxpool.Pool, tenantID, id uuid.UUID) (bool, error) {
+	ok, err := dbsqlc.New(pool).OutboxExists(ctx, dbsqlc.OutboxExistsParams{TenantID: tenantID, ID: id})
+	if err != nil {
+		return false, fmt.Errorf("look up outbox event %s: %w", id, err)
+	}
+	return ok, nil
 }

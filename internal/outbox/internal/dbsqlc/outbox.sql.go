@@ -114,6 +114,23 @@ func (q *Queries) OutboxDeletePublished(ctx context.Context, arg OutboxDeletePub
 	return result.RowsAffected(), nil
 }
 
+const outboxExists = `-- name: OutboxExists :one
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE tenant_id = $1 AND id = $2)
+`
+
+type OutboxExistsParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+// OutboxExists reports whether the tenant has the event.
+func (q *Queries) OutboxExists(ctx context.Context, arg OutboxExistsParams) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxExists, arg.TenantID, arg.ID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const outboxGet = `-- name: OutboxGet :one
 SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events WHERE id = $1
 `

@@ -298,6 +298,55 @@ func (q *Queries) PaymentInsert(ctx context.Context, arg PaymentInsertParams) (P
 	return i, err
 }
 
+const paymentListByOrder = `-- name: PaymentListByOrder :many
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, id
+`
+
+type PaymentListByOrderParams struct {
+	TenantID uuid.UUID
+	OrderID  uuid.UUID
+}
+
+// PaymentListByOrder lists every payment attempt of one of the tenant's
+// orders, oldest first: declined ones, the live one, and any that are still
+// pending.
+func (q *Queries) PaymentListByOrder(ctx context.Context, arg PaymentListByOrderParams) ([]Payment, error) {
+	rows, err := q.db.Query(ctx, paymentListByOrder, arg.TenantID, arg.OrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Payment
+	for rows.Next() {
+		var i Payment
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.OrderID,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.ProviderKey,
+			&i.Status,
+			&i.Amount,
+			&i.Currency,
+			&i.PaymentMethod,
+			&i.ProviderChargeID,
+			&i.FailureCode,
+			&i.RefundReserved,
+			&i.AmountRefunded,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const paymentReleaseRefund = `-- name: PaymentReleaseRefund :exec
 UPDATE payments SET refund_reserved = refund_reserved - $1, updated_at = $2 WHERE id = $3
 `
@@ -547,6 +596,53 @@ func (q *Queries) RefundInsert(ctx context.Context, arg RefundInsertParams) (Ref
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const refundListByOrder = `-- name: RefundListByOrder :many
+SELECT r.id, r.tenant_id, r.payment_id, r.idempotency_key, r.request_hash, r.provider_key, r.status, r.amount, r.provider_refund_id, r.failure_code, r.created_at, r.updated_at FROM refunds r
+JOIN payments p ON p.id = r.payment_id
+WHERE p.tenant_id = $1 AND p.order_id = $2
+ORDER BY r.created_at, r.id
+`
+
+type RefundListByOrderParams struct {
+	TenantID uuid.UUID
+	OrderID  uuid.UUID
+}
+
+// RefundListByOrder lists the refunds of all payments of one of the
+// tenant's orders, oldest first.
+func (q *Queries) RefundListByOrder(ctx context.Context, arg RefundListByOrderParams) ([]Refund, error) {
+	rows, err := q.db.Query(ctx, refundListByOrder, arg.TenantID, arg.OrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Refund
+	for rows.Next() {
+		var i Refund
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.PaymentID,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.ProviderKey,
+			&i.Status,
+			&i.Amount,
+			&i.ProviderRefundID,
+			&i.FailureCode,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const refundSucceed = `-- name: RefundSucceed :one
