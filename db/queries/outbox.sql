@@ -75,6 +75,17 @@ SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
 WHERE id = @id AND published_at IS NULL
 RETURNING *;
 
+-- name: OutboxStats :one
+-- OutboxStats describes the outbox at one moment, in one statement: the
+-- events not yet published, the age of the oldest of them in seconds (0
+-- when none; the database's clock), and those of them the dispatcher gave
+-- up on (stuck) until an operator retries them.
+SELECT count(*) AS pending,
+       coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8 AS lag_seconds,
+       count(*) FILTER (WHERE stuck_at IS NOT NULL) AS stuck
+FROM outbox_events
+WHERE published_at IS NULL;
+
 -- name: OutboxListStuck :many
 -- OutboxListStuck lists stuck events of every tenant, oldest first.
 SELECT * FROM outbox_events

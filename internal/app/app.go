@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
-	m.WatchOutbox(pool, `SELECT count(*) FROM outbox_events WHERE stuck_at IS NOT NULL AND published_at IS NULL`)
+	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@
 // place and serves them at /metrics. The mechanisms do not import it: each
 // takes a small observer function, and internal/app connects them here. So a
 // fork can swap the metrics backend by changing this package and the wiring.
+// It reads no table either: the outbox's gauges come from a function the
+// outbox owns (outbox.Stats), which internal/app hands to WatchOutbox.
 package metrics
 
 import (
@@ -10,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -129,33 +130,43 @@ func (m *Metrics) Consumed(subscriber, result string) {
 	m.consumed.WithLabelValues(subscriber, result).Inc()
 }
 
-// WatchOutbox adds gauges read from the database at scrape time: unpublished
-// rows, the age of the oldest one (publication lag), and stuck rows. stuckSQL
-// counts the rows the dispatcher gave up on.
-func (m *Metrics) WatchOutbox(pool *pgxpool.Pool, stuckSQL string) {
-	query := func(sql string) func() float64 {
-		return func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			var v float64
-			if err := pool.QueryRow(ctx, sql).Scan(&v); err != nil {
-				return -1 // visible as impossible, rather than a plausible 0
-			}
-			return v
-		}
+// WatchOutbox adds the outbox's gauges, which stats feeds at scrape time
+// (outbox.Stats): unpublished events, the age of the oldest one (publication
+// lag), and the events the dispatcher gave up on. stats runs once per scrape,
+// so the three agree with each other; when it fails, every gauge reads -1.
+func (m *Metrics) WatchOutbox(stats func(ctx context.Context) (pending int64, lag time.Duration, stuck int64, err error)) {
+	m.reg.MustRegister(&outboxCollector{
+		stats: stats,
+		pending: prometheus.NewDesc("oncepay_outbox_pending_events",
+			"Outbox events not yet published (-1: could not be read).", nil, nil),
+		lag: prometheus.NewDesc("oncepay_outbox_lag_seconds",
+			"Age of the oldest unpublished outbox event (0 when none; -1: could not be read).", nil, nil),
+		stuck: prometheus.NewDesc("oncepay_outbox_stuck_events",
+			"Outbox events the dispatcher gave up on until an operator retries them (-1: could not be read).", nil, nil),
+	})
+}
+
+// outboxCollector reads the outbox's gauges at scrape time.
+type outboxCollector struct {
+	stats               func(ctx context.Context) (pending int64, lag time.Duration, stuck int64, err error)
+	pending, lag, stuck *prometheus.Desc
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.lag
+	ch <- c.stuck
+}
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pending, lag, stuck, err := c.stats(ctx)
+	p, l, s := float64(pending), lag.Seconds(), float64(stuck)
+	if err != nil {
+		p, l, s = -1, -1, -1 // visible as impossible, rather than a plausible 0
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "oncepay_outbox_pending_events",
-			Help: "Outbox events not yet published (-1: could not be read).",
-		}, query(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`)),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "oncepay_outbox_lag_seconds",
-			Help: "Age of the oldest unpublished outbox event (0 when none; -1: could not be read).",
-		}, query(`SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0) FROM outbox_events WHERE published_at IS NULL`)),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "oncepay_outbox_stuck_events",
-			Help: "Outbox events the dispatcher gave up on until an operator retries them (-1: could not be read).",
-		}, query(stuckSQL)),
-	)
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, p)
+	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, l)
+	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, s)
 }

@@ -1,6 +1,8 @@
 package metrics_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -10,8 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 )
 
-// Each observer method feeds its own series. (WatchOutbox's gauges need a
-// database; internal/app's tests read them from the running service.)
+// Each observer method feeds its own series.
 func TestObserversFeedTheirSeries(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
@@ -47,4 +48,43 @@ func TestObserversFeedTheirSeries(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// The outbox's gauges are read from the outbox's stats once per scrape, so
+// the three agree; when the stats cannot be read, every one of them is -1,
+// never a plausible 0. (internal/app's tests read them from a running
+// service's database.)
+func TestWatchOutboxReadsTheStatsOncePerScrape(t *testing.T) {
+	t.Parallel()
+	var (
+		calls int
+		fail  error
+	)
+	m := metrics.New()
+	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) {
+		calls++
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("stats called without a deadline")
+		}
+		return 3, 1500 * time.Millisecond, 1, fail
+	})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	wantSeries := func(body string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(body, "\n"+w+"\n") {
+				t.Errorf("/metrics lacks %q", w)
+			}
+		}
+	}
+	wantSeries(scrape(), "oncepay_outbox_pending_events 3", "oncepay_outbox_lag_seconds 1.5", "oncepay_outbox_stuck_events 1")
+	if calls != 1 {
+		t.Fatalf("one scrape read the stats %d times, want 1", calls)
+	}
+	fail = errors.New("database away")
+	wantSeries(scrape(), "oncepay_outbox_pending_events -1", "oncepay_outbox_lag_seconds -1", "oncepay_outbox_stuck_events -1")
 }

@@ -106,3 +106,16 @@ func HasEvent(ctx context.Context, pool *pgxpool.Pool, tenantID, id uuid.UUID) (
 	}
 	return ok, nil
 }
+
+// Stats describes the outbox at one moment, read in one statement, for the
+// metrics: pending counts the events not yet published, lag is the age of
+// the oldest of them by the database's clock (0 when none: how far
+// publication is behind), and stuck counts those of them the dispatcher gave
+// up on until an operator retries them.
+func Stats(ctx context.Context, pool *pgxpool.Pool) (pending int64, lag time.Duration, stuck int64, err error) {
+	row, err := dbsqlc.New(pool).OutboxStats(ctx)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("read outbox stats: %w", err)
+	}
+	return row.Pending, time.Duration(row.LagSeconds * float64(time.Second)), row.Stuck, nil
+}

@@ -424,3 +424,28 @@ func (q *Queries) OutboxRetry(ctx context.Context, id uuid.UUID) (OutboxEvent, e
 	)
 	return i, err
 }
+
+const outboxStats = `-- name: OutboxStats :one
+SELECT count(*) AS pending,
+       coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8 AS lag_seconds,
+       count(*) FILTER (WHERE stuck_at IS NOT NULL) AS stuck
+FROM outbox_events
+WHERE published_at IS NULL
+`
+
+type OutboxStatsRow struct {
+	Pending    int64
+	LagSeconds float64
+	Stuck      int64
+}
+
+// OutboxStats describes the outbox at one moment, in one statement: the
+// events not yet published, the age of the oldest of them in seconds (0
+// when none; the database's clock), and those of them the dispatcher gave
+// up on (stuck) until an operator retries them.
+func (q *Queries) OutboxStats(ctx context.Context) (OutboxStatsRow, error) {
+	row := q.db.QueryRow(ctx, outboxStats)
+	var i OutboxStatsRow
+	err := row.Scan(&i.Pending, &i.LagSeconds, &i.Stuck)
+	return i, err
+}
