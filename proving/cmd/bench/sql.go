@@ -20,10 +20,11 @@ import (
 )
 
 // The statements of one order creation, as the service's generated queries
-// hold them (internal/idempotency/internal/dbsqlc, internal/orders/internal/dbsqlc,
-// internal/outbox): the floor runs the same SQL text. Those packages are
-// reachable from their features only, so the text is repeated here; when a
-// query of the create path changes, change it here too.
+// hold them (internal/idempotency/internal/dbsqlc,
+// internal/orders/internal/dbsqlc, internal/outbox/internal/dbsqlc): the
+// floor runs the same SQL text. Those packages are reachable from their
+// features only, so the text is repeated here; when a query of the create
+// path changes, change it here too.
 const (
 	sqlIdempotencyGet = `SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
