@@ -338,14 +338,12 @@ func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = "127.0.0.1:0" // the command serves nothing
-	cfg.OutboxDispatcher, cfg.FulfillmentConsumer = false, false
-	a, err := app.New(ctx, cfg, newLogger(stderr, cfg.LogLevel), time.Now)
+	pool, err := app.OpenDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	t, key, err := a.Tenants.Create(ctx, *slug, *name)
+	defer pool.Close()
+	t, key, err := app.NewTenants(pool, cfg, time.Now).Create(ctx, *slug, *name)
 	if err != nil {
 		return err
 	}
@@ -371,18 +369,20 @@ func sweep(ctx context.Context, args []string, getenv func(string) string, stdou
 	if !*once && cfg.SweepInterval <= 0 {
 		return fmt.Errorf("%w: SWEEP_INTERVAL is %v; sweep with --once, or set an interval", errUsage, cfg.SweepInterval)
 	}
-	cfg.HTTPAddr = "127.0.0.1:0" // the sweeper serves nothing
-	cfg.OutboxDispatcher, cfg.FulfillmentConsumer = false, false
 	logger := newLogger(stderr, cfg.LogLevel)
-	a, err := app.New(ctx, cfg, logger, time.Now)
+	pool, err := app.OpenDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	if !*once {
-		return a.Sweeper().Run(ctx, cfg.SweepInterval)
+	defer pool.Close()
+	sweeper, err := app.NewSweeper(pool, cfg, logger, time.Now)
+	if err != nil {
+		return err
 	}
-	rep, err := a.Sweeper().SweepOnce(ctx)
+	if !*once {
+		return sweeper.Run(ctx, cfg.SweepInterval)
+	}
+	rep, err := sweeper.SweepOnce(ctx)
 	if err != nil {
 		return err
 	}

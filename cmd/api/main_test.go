@@ -242,3 +242,39 @@ func TestOutboxCommands(t *testing.T) {
 		t.Fatalf("replay of a bad id: %v", err)
 	}
 }
+
+// The operator commands build only what they need: a pool and their one
+// service. They work against the database alone, whatever else the service
+// is configured with: a taken HTTP_ADDR, a broker and a provider nobody
+// answers at.
+func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goneAddr := gone.Addr().String()
+	gone.Close()
+	e := env(map[string]string{
+		"DATABASE_URL": testdb.URL(t), "LOG_LEVEL": "warn",
+		"HTTP_ADDR": taken.Addr().String(),
+		"NATS_URL":  "nats://" + goneAddr,
+		"PSP_URL":   "http://" + goneAddr,
+	})
+	for _, args := range [][]string{
+		{"tenants", "create", "--slug", "hooli"},
+		{"sweep", "--once"},
+		{"outbox", "stuck"},
+		{"migrate", "version"},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, e, &out, io.Discard); err != nil {
+			t.Errorf("api %s: %v", strings.Join(args, " "), err)
+		}
+	}
+}

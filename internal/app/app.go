@@ -23,21 +23,15 @@ import (
 	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
-
-// stuckAfter is how long a pending operation may outlive its lease before
-// the sweeper reports it as stuck.
-const stuckAfter = 15 * time.Minute
 
 // App is the service with everything it runs.
 type App struct {
@@ -62,8 +56,7 @@ type App struct {
 	outboxAdmin *outbox.Admin
 	// webhookWorker applies received provider webhooks.
 	webhookWorker *webhooks.Worker
-	// Tenants is exposed for the CLI.
-	Tenants *tenants.Service
+	tenants       *tenants.Service
 }
 
 // Option changes how New builds the service. Only tests use options: they
@@ -71,7 +64,9 @@ type App struct {
 type Option func(*options)
 
 type options struct {
-	operationHooks operation.Hooks
+	operationHooks   operation.Hooks
+	outboxHooks      outbox.DispatcherHooks
+	fulfillmentHooks fulfillment.Hooks
 }
 
 // WithOperationHooks injects faults into every idempotent operation
@@ -81,23 +76,29 @@ func WithOperationHooks(h operation.Hooks) Option {
 	return func(o *options) { o.operationHooks = h }
 }
 
-// New connects to the database, applies migrations (unless disabled), seeds
-// the demo tenants in demo mode, starts listening on cfg.HTTPAddr, and builds
-// every part. Serve runs them.
+// WithOutboxHooks injects faults into the outbox dispatcher (drill 6: it
+// dies after publishing, before marking the event published).
+func WithOutboxHooks(h outbox.DispatcherHooks) Option {
+	return func(o *options) { o.outboxHooks = h }
+}
+
+// WithFulfillmentHooks injects faults into the fulfillment consumer (drill
+// 4: it commits and dies before the ack).
+func WithFulfillmentHooks(h fulfillment.Hooks) Option {
+	return func(o *options) { o.fulfillmentHooks = h }
+}
+
+// New builds the running service (api serve): it connects to the database,
+// applies migrations (unless disabled), seeds the demo tenants in demo mode,
+// starts listening on cfg.HTTPAddr, connects the broker (embedding one
+// without NATS_URL), and builds every part. Serve runs them. The operator
+// commands do not use it; they build their one service (commands.go).
 func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) (_ *App, err error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.AutoMigrate {
-		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
-			return nil, err
-		}
-	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
-		MaxConns:    cfg.DBMaxConns,
-		LockTimeout: cfg.DBLockTimeout,
-	})
+	pool, err := OpenDatabase(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +110,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 			a.Close()
 		}
 	}()
-	a.Tenants = tenants.NewService(pool, cfg.AuthCacheTTL, now)
+	a.tenants = NewTenants(pool, cfg, now)
 	var demoTenants []tenants.Tenant
 	if cfg.DemoMode {
-		if demoTenants, err = a.Tenants.SeedDemo(ctx); err != nil {
+		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -125,10 +126,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m := metrics.New()
-	idem := idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now,
-		idempotency.WithObserver(func(op idempotency.Operation, outcome idempotency.Outcome) {
-			m.Idempotency(string(op), string(outcome))
-		}))
+	idem := newStore(cfg, now, idempotency.WithObserver(func(op idempotency.Operation, outcome idempotency.Outcome) {
+		m.Idempotency(string(op), string(outcome))
+	}))
 	a.events = outbox.NewSignal()
 	ops := operation.NewRunner(pool, idem, logger,
 		operation.WithWriteTimeout(cfg.WriteTimeout),
@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
-	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc); err != nil {
+	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
 		return nil, err
 	}
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
@@ -160,19 +160,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if cfg.PSPURL != "" {
 		sim = demo.NewSimulator(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout)
 	}
-	a.sweeper = retention.NewSweeper(pool, retention.Tables{
-		Idempotency:       idem.DeleteExpired,
-		PublishedEvents:   outbox.DeleteExpired,
-		WebhookReceipts:   webhooks.DeleteExpired,
-		ProcessedMessages: inbox.DeleteExpired,
-		CountStuck:        idem.CountStuck,
-	}, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now,
-		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }),
-		retention.WithDutyCycle(cfg.SweepDutyCycle))
+	if a.sweeper, err = newSweeper(pool, cfg, idem, logger, now,
+		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
+		return nil, err
+	}
 	a.handler = httpapi.New(httpapi.Deps{
 		Logger:   logger,
 		Pool:     pool,
-		Tenants:  a.Tenants,
+		Tenants:  a.tenants,
 		Orders:   orders.NewHandler(orderSvc),
 		Payments: payments.NewHandler(a.payments),
 		Events:   outbox.NewHandler(pool),
@@ -192,12 +187,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 // startEvents connects the broker (embedding one unless NATS_URL is set),
 // declares the stream, and builds the outbox dispatcher and the fulfillment
 // consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service) error {
-	if !cfg.OutboxDispatcher && !cfg.FulfillmentConsumer && cfg.NATSURL == "" {
-		// A CLI command: nothing to publish or consume, no broker to start.
-		a.outboxAdmin = outbox.NewAdmin(a.pool, nil, logger.With("component", "outbox-admin"))
-		return nil
-	}
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) error {
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		var err error
@@ -215,14 +205,14 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		return err
 	}
 	// The drills' hooks, with the metrics observing the consumer's commits.
-	fulfillmentHooks := cfg.FulfillmentHooks
+	fulfillmentHooks := o.fulfillmentHooks
 	fulfillmentHooks.AfterCommit = func(id string, outcome fulfillment.Outcome) error {
 		result := "processed"
 		if outcome == fulfillment.Duplicate {
 			result = "duplicate"
 		}
 		m.Consumed(fulfillment.Subscriber, result)
-		if h := cfg.FulfillmentHooks.AfterCommit; h != nil {
+		if h := o.fulfillmentHooks.AfterCommit; h != nil {
 			return h(id, outcome)
 		}
 		return nil
@@ -231,7 +221,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
 			PollInterval: cfg.OutboxPollInterval,
 			MaxAttempts:  cfg.OutboxMaxAttempts,
-		}, logger.With("component", "outbox"), now, cfg.OutboxHooks,
+		}, logger.With("component", "outbox"), now, o.outboxHooks,
 			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events)); err != nil {
 			return err
 		}
@@ -252,6 +242,10 @@ func (a *App) Addr() net.Addr { return a.ln.Addr() }
 // Recoverer returns the recoverer of abandoned payment and refund attempts
 // (for tests, which run it when they mean to).
 func (a *App) Recoverer() *operation.Recoverer { return a.recoverer }
+
+// Tenants returns the tenants service (for tests, which create tenants of
+// their own).
+func (a *App) Tenants() *tenants.Service { return a.tenants }
 
 // Orders returns the orders service (for tests, which give a tenant that
 // demo mode did not seed a catalog).

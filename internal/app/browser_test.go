@@ -300,7 +300,7 @@ func (p *page) wantOneCharge(paymentID string) {
 func (b *testBundle) tenantWithCatalog(t *testing.T, slug string) string {
 	t.Helper()
 	ctx := context.Background()
-	tenant, key, err := b.app.Tenants.Create(ctx, slug, slug)
+	tenant, key, err := b.app.Tenants().Create(ctx, slug, slug)
 	if err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}

@@ -9,9 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
 )
 
@@ -125,11 +123,6 @@ type Config struct {
 	// AdminToken is the bearer token of /admin/outbox/... (ADMIN_TOKEN;
 	// empty: the admin routes answer 404).
 	AdminToken string
-
-	// OutboxHooks and FulfillmentHooks inject faults for the failure drills.
-	// Never set from the environment.
-	OutboxHooks      outbox.DispatcherHooks
-	FulfillmentHooks fulfillment.Hooks
 }
 
 // DefaultRetention is the retention policy of docs/CONTRACT.md: the
