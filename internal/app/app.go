@@ -126,6 +126,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m := metrics.New()
+	m.Declare(knownSeries(specs))
 	idem := newStore(cfg, now, idempotency.WithObserver(func(op idempotency.Operation, outcome idempotency.Outcome) {
 		m.Idempotency(string(op), string(outcome))
 	}))
@@ -184,6 +185,32 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	return a, nil
 }
 
+// The results of oncepay_consumer_messages_total.
+const (
+	consumedProcessed = "processed" // the effect was applied
+	consumedDuplicate = "duplicate" // the inbox had the message id
+)
+
+// knownSeries are the metric label values known before the first request:
+// every registered operation and every result each mechanism reports.
+func knownSeries(specs []operation.Spec) metrics.Known {
+	k := metrics.Known{
+		ProviderCalls:     payments.ProviderCalls(),
+		WebhookDeliveries: webhooks.DeliveryResults(),
+		WebhookProcessed:  webhooks.ProcessResults(),
+		SweptTables:       retention.TableNames(),
+		PublishResults:    outbox.AttemptResults(),
+		Consumers:         map[string][]string{fulfillment.Subscriber: {consumedProcessed, consumedDuplicate}},
+	}
+	for _, s := range specs {
+		k.Operations = append(k.Operations, string(s.Name))
+	}
+	for _, o := range idempotency.Outcomes() {
+		k.Outcomes = append(k.Outcomes, string(o))
+	}
+	return k
+}
+
 // startEvents connects the broker (embedding one unless NATS_URL is set),
 // declares the stream, and builds the outbox dispatcher and the fulfillment
 // consumer (rule 6); Serve runs them.
@@ -207,9 +234,9 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	// The drills' hooks, with the metrics observing the consumer's commits.
 	fulfillmentHooks := o.fulfillmentHooks
 	fulfillmentHooks.AfterCommit = func(id string, outcome fulfillment.Outcome) error {
-		result := "processed"
+		result := consumedProcessed
 		if outcome == fulfillment.Duplicate {
-			result = "duplicate"
+			result = consumedDuplicate
 		}
 		m.Consumed(fulfillment.Subscriber, result)
 		if h := o.fulfillmentHooks.AfterCommit; h != nil {

@@ -84,6 +84,59 @@ func New() *Metrics {
 	return m
 }
 
+// Known are the label values the service knows before its first request.
+// Declare exports a series at zero for each, so that a fresh server's
+// /metrics already shows every outcome, dashboards have a line to draw and
+// an alert on a rate compares against 0 instead of finding nothing.
+type Known struct {
+	// Operations and Outcomes: oncepay_idempotency_outcomes_total, every
+	// pair.
+	Operations, Outcomes []string
+	// ProviderCalls: oncepay_provider_calls_total, each call's results.
+	ProviderCalls map[string][]string
+	// WebhookDeliveries and WebhookProcessed: oncepay_webhooks_received_total
+	// and oncepay_webhooks_processed_total.
+	WebhookDeliveries, WebhookProcessed []string
+	// SweptTables: oncepay_sweeper_deleted_total.
+	SweptTables []string
+	// PublishResults: oncepay_outbox_publish_attempts_total.
+	PublishResults []string
+	// Consumers: oncepay_consumer_messages_total, each subscriber's results.
+	Consumers map[string][]string
+}
+
+// Declare exports every series of k at zero (a series already counted is
+// left as it is).
+func (m *Metrics) Declare(k Known) {
+	for _, op := range k.Operations {
+		for _, o := range k.Outcomes {
+			m.idempotency.WithLabelValues(op, o)
+		}
+	}
+	for call, results := range k.ProviderCalls {
+		for _, r := range results {
+			m.providerCalls.WithLabelValues(call, r)
+		}
+	}
+	for _, r := range k.WebhookDeliveries {
+		m.webhooks.WithLabelValues(r)
+	}
+	for _, r := range k.WebhookProcessed {
+		m.webhookResults.WithLabelValues(r)
+	}
+	for _, table := range k.SweptTables {
+		m.sweeperDeleted.WithLabelValues(table)
+	}
+	for _, r := range k.PublishResults {
+		m.publishAttempts.WithLabelValues(r)
+	}
+	for sub, results := range k.Consumers {
+		for _, r := range results {
+			m.consumed.WithLabelValues(sub, r)
+		}
+	}
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

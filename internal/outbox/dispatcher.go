@@ -112,6 +112,9 @@ const (
 	AttemptFailed = "failed"
 )
 
+// AttemptResults lists every result of a publish attempt.
+func AttemptResults() []string { return []string{AttemptPublished, AttemptFailed} }
+
 // DispatcherOption configures a Dispatcher.
 type DispatcherOption func(*Dispatcher)
 

@@ -38,6 +38,17 @@ type Provider struct {
 // ProviderOption configures a Provider.
 type ProviderOption func(*Provider)
 
+// ProviderCalls lists every call the client makes and every result it
+// reports for it (WithCallObserver).
+func ProviderCalls() map[string][]string {
+	return map[string][]string{
+		"charge":      {"succeeded", "declined", "rejected", "unknown"},
+		"find_charge": {"found", "not_found", "unknown"},
+		"refund":      {"succeeded", "rejected", "unknown"},
+		"find_refund": {"found", "not_found", "unknown"},
+	}
+}
+
 // WithCallObserver reports every call ("charge", "find_charge", "refund",
 // "find_refund") with its result ("succeeded", "declined", "rejected",
 // "unknown", "found", "not_found"), e.g. to metrics.

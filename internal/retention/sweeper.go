@@ -93,9 +93,23 @@ func NewSweeper(pool *pgxpool.Pool, tables Tables, policy Policy, batch int, stu
 	return s
 }
 
+// The kinds of record a sweep deletes, as Report.Deleted names them: the
+// table each lives in.
+const (
+	TableIdempotency       = "api_idempotency"
+	TablePublishedEvents   = "outbox_events"
+	TableWebhookReceipts   = "webhook_receipts"
+	TableProcessedMessages = "processed_messages"
+)
+
+// TableNames lists every kind of record a sweep deletes.
+func TableNames() []string {
+	return []string{TableIdempotency, TablePublishedEvents, TableWebhookReceipts, TableProcessedMessages}
+}
+
 // Report counts what one sweep did.
 type Report struct {
-	// Deleted counts deleted rows per kind.
+	// Deleted counts deleted rows per kind (TableNames).
 	Deleted map[string]int64
 	// Stuck counts pending idempotency records whose lease ran out more than
 	// stuckAfter ago: unsettled operations, kept, and worth a look.
@@ -122,10 +136,10 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 	}{
 		// Each idempotency record carries its own expiry, set from the
 		// policy of its operation when it was finished.
-		{"api_idempotency", now, s.tables.Idempotency},
-		{"outbox_events", now.Add(-s.policy.PublishedEvents), s.tables.PublishedEvents},
-		{"webhook_receipts", now.Add(-s.policy.WebhookReceipts), s.tables.WebhookReceipts},
-		{"processed_messages", now.Add(-s.policy.ProcessedMessages), s.tables.ProcessedMessages},
+		{TableIdempotency, now, s.tables.Idempotency},
+		{TablePublishedEvents, now.Add(-s.policy.PublishedEvents), s.tables.PublishedEvents},
+		{TableWebhookReceipts, now.Add(-s.policy.WebhookReceipts), s.tables.WebhookReceipts},
+		{TableProcessedMessages, now.Add(-s.policy.ProcessedMessages), s.tables.ProcessedMessages},
 	}
 	for _, k := range kinds {
 		for {

@@ -35,11 +35,23 @@ type Receiver struct {
 	observe  func(result string)
 }
 
+// The results of a delivery, as WithResultObserver reports them.
+const (
+	DeliveryAccepted  = "accepted"  // a new receipt is stored
+	DeliveryDuplicate = "duplicate" // its webhook-id was stored before
+	DeliveryRejected  = "rejected"  // any 4xx: nothing stored
+)
+
+// DeliveryResults lists every delivery result.
+func DeliveryResults() []string {
+	return []string{DeliveryAccepted, DeliveryDuplicate, DeliveryRejected}
+}
+
 // ReceiverOption configures a Receiver.
 type ReceiverOption func(*Receiver)
 
-// WithResultObserver reports every delivery's result: "accepted",
-// "duplicate" or "rejected" (any 4xx), e.g. to metrics.
+// WithResultObserver reports every delivery's result (DeliveryAccepted,
+// DeliveryDuplicate, DeliveryRejected), e.g. to metrics.
 func WithResultObserver(fn func(result string)) ReceiverOption {
 	return func(r *Receiver) { r.observe = fn }
 }
@@ -70,7 +82,7 @@ type receivedJSON struct {
 func (r *Receiver) Handle(c echo.Context) error {
 	result, err := r.handle(c)
 	if err != nil && problem.Status(problem.CodeOf(err)) < 500 {
-		result = "rejected"
+		result = DeliveryRejected
 	}
 	if result != "" {
 		r.observe(result)
@@ -117,9 +129,9 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 		r.notify()
 	}
 	r.logger.DebugContext(req.Context(), "webhook received", "webhook_id", id, "event_id", ev.id, "type", ev.typ, "duplicate", duplicate)
-	result := "accepted"
+	result := DeliveryAccepted
 	if duplicate {
-		result = "duplicate"
+		result = DeliveryDuplicate
 	}
 	return result, wire.JSON(c, http.StatusOK, receivedJSON{Received: true, Duplicate: duplicate})
 }

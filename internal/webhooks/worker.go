@@ -46,6 +46,11 @@ const (
 	ResultFailed      = "failed"      // not applied this time; retried with backoff
 )
 
+// ProcessResults lists every result of processing a receipt.
+func ProcessResults() []string {
+	return []string{ResultApplied, ResultUnchanged, ResultNotOurs, ResultMismatch, ResultUndecodable, ResultFailed}
+}
+
 // WorkerOption configures a Worker.
 type WorkerOption func(*Worker)
 
