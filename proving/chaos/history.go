@@ -1,5 +1,10 @@
 package chaos
 
+import (
+	"github.com/oncepay/oncepay/internal/orders"
+	"github.com/oncepay/oncepay/internal/payments"
+)
+
 // A History is everything Check looks at, recorded after the run settled:
 // our database, the provider's ledger, the broker's stream and what every
 // client saw. It is plain data (JSON-encodable), so a failed run can be saved
@@ -171,12 +176,17 @@ type Outcome struct {
 	Calls  []Call `json:"calls"`
 }
 
-// The operations of a Call, as named in the idempotency records.
+// The operations of a Call, as the service's registry names them
+// (internal/app.Operations; a test keeps this list and the registry equal,
+// so a new operation is driven and checked by the chaos run too).
 const (
-	OpOrder  = "orders.create"
-	OpPay    = "payments.create"
-	OpRefund = "refunds.create"
+	OpOrder  = string(orders.OpCreate)
+	OpPay    = string(payments.OpPay)
+	OpRefund = string(payments.OpRefund)
 )
+
+// Operations lists the operations the chaos run drives.
+func Operations() []string { return []string{OpOrder, OpPay, OpRefund} }
 
 // Call is one idempotent POST of an intent: its key, the client's last
 // answer after its retries, and, when that was no definite answer, what the
