@@ -54,7 +54,7 @@ SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
 
 -- name: OrderAdvanceStatus :execrows
 -- OrderAdvanceStatus moves an order to @status from one of @from_statuses,
--- the statuses the lifecycle allows before it (orders.Status.Predecessors,
+-- the statuses the lifecycle allows it from (orders.Status.Predecessors,
 -- in Go): an order never moves backwards, and a status it already has or
 -- has passed changes nothing.
 UPDATE orders SET status = @status, updated_at = @now

@@ -10,7 +10,7 @@
 // original order (drill 8).
 //
 // The lifecycle is a typed Status with forward-only transitions decided here
-// (Status.Predecessors); payments and fulfillment move an order only through
+// (Transitions); payments and fulfillment move an order only through
 // this package (Service.Advance, Service.Ship), inside their own
 // transactions. No other package touches the orders, order_items or products
 // tables: their queries are in internal/orders/internal/dbsqlc.
@@ -46,13 +46,16 @@ func Specs() []operation.Spec {
 // tenant's order is not found either).
 var ErrNotFound = errors.New("no such order")
 
-// Status is where an order is in its lifecycle. It only moves forward:
+// Status is where an order is in its lifecycle. It only moves forward,
+// along Transitions:
 //
-//	awaiting_payment -> paid -> fulfilled -> partially_refunded -> refunded
+//	awaiting_payment   -> paid
+//	paid               -> fulfilled, partially_refunded, refunded
+//	fulfilled          -> partially_refunded, refunded
+//	partially_refunded -> refunded
 //
-// A step may be skipped (a refund before shipping moves a paid order to
-// partially_refunded or refunded, and it is never shipped then), never
-// taken back.
+// A paid order may be refunded before it ships (it is never shipped then);
+// nothing is ever taken back.
 type Status string
 
 // The statuses, in lifecycle order.
@@ -64,27 +67,41 @@ const (
 	StatusRefunded          Status = "refunded"
 )
 
-// Statuses returns every status in lifecycle order (the orders.status CHECK
-// and the OpenAPI enum list the same; tests keep them equal).
+// Statuses returns every status in lifecycle order: every transition leads
+// to a later one (the orders.status CHECK and the OpenAPI enum list the
+// same; tests keep them equal).
 func Statuses() []Status {
 	return []Status{StatusAwaitingPayment, StatusPaid, StatusFulfilled, StatusPartiallyRefunded, StatusRefunded}
+}
+
+// Transitions is the lifecycle: the statuses an order in each status may
+// move to, and nothing else.
+func Transitions() map[Status][]Status {
+	return map[Status][]Status{
+		StatusAwaitingPayment:   {StatusPaid},
+		StatusPaid:              {StatusFulfilled, StatusPartiallyRefunded, StatusRefunded},
+		StatusFulfilled:         {StatusPartiallyRefunded, StatusRefunded},
+		StatusPartiallyRefunded: {StatusRefunded},
+	}
 }
 
 // Valid reports whether s is a status of the lifecycle.
 func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
 
-// Predecessors returns the statuses an order may move to s from: every
-// status before s in the lifecycle. An unknown status has none.
+// Predecessors returns the statuses an order may move to s from. An unknown
+// status, and the first one, have none.
 func (s Status) Predecessors() []Status {
-	i := slices.Index(Statuses(), s)
-	if i < 0 {
-		return nil
+	var from []Status
+	for _, st := range Statuses() {
+		if st.CanMoveTo(s) {
+			from = append(from, st)
+		}
 	}
-	return Statuses()[:i]
+	return from
 }
 
 // CanMoveTo reports whether an order in s may move to next.
-func (s Status) CanMoveTo(next Status) bool { return slices.Contains(next.Predecessors(), s) }
+func (s Status) CanMoveTo(next Status) bool { return slices.Contains(Transitions()[s], next) }
 
 // EventOrderCreated is the outbox event type of a new order.
 const EventOrderCreated = "order.created"

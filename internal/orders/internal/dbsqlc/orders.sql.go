@@ -25,7 +25,7 @@ type OrderAdvanceStatusParams struct {
 }
 
 // OrderAdvanceStatus moves an order to @status from one of @from_statuses,
-// the statuses the lifecycle allows before it (orders.Status.Predecessors,
+// the statuses the lifecycle allows it from (orders.Status.Predecessors,
 // in Go): an order never moves backwards, and a status it already has or
 // has passed changes nothing.
 func (q *Queries) OrderAdvanceStatus(ctx context.Context, arg OrderAdvanceStatusParams) (int64, error) {
