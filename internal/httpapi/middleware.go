@@ -47,11 +47,7 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 				c.Error(err) // render now, so the status below is the real one
 			}
 			req, res := c.Request(), c.Response()
-			route := c.Path() // the route template: bounded label values
-			if route == "" {
-				route = "unmatched"
-			}
-			observe(req.Method, route, res.Status, time.Since(start))
+			observe(metricMethod(req.Method), metricRoute(c), res.Status, time.Since(start))
 			attrs := []slog.Attr{
 				slog.String("method", req.Method),
 				slog.String("path", req.URL.Path),
@@ -79,6 +75,31 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 			return nil
 		}
 	}
+}
+
+// metricMethod is a request's method as a metric label: the method itself
+// when it is one of the standard ones, OTHER for anything else. A client
+// chooses the method freely (any token, up to the header limit), and every
+// distinct label value is a new series kept for the life of the process.
+func metricMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "OTHER"
+}
+
+// unmatchedRoute is the route label of a request that matched no route.
+const unmatchedRoute = "unmatched"
+
+// metricRoute is the route template a request matched (/v1/orders/:id), as
+// a metric label: one of the routes of New, never the request's own path.
+func metricRoute(c echo.Context) string {
+	if route := c.Path(); route != "" {
+		return route
+	}
+	return unmatchedRoute
 }
 
 // readyz answers 200 when the database answers and has every migration this

@@ -147,7 +147,10 @@ func (m *Metrics) Idempotency(operation, outcome string) {
 	m.idempotency.WithLabelValues(operation, outcome).Inc()
 }
 
-// HTTP observes one request.
+// HTTP observes one request. Each distinct label set is a series kept for
+// the life of the process, so method and route must come from bounded sets,
+// never raw from the request: internal/httpapi passes a standard method or
+// OTHER, and a route template.
 func (m *Metrics) HTTP(method, route string, status int, d time.Duration) {
 	m.httpDuration.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
 }
