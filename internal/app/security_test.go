@@ -76,3 +76,28 @@ func TestMetricLabelsAreBoundedWhateverTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// padTo returns body with spaces after it, n bytes in all.
+func padTo(body string, n int) string { return body + strings.Repeat(" ", n-len(body)) }
+
+// The body limit is 65,536 bytes, as the docs and the 413 say, on every
+// route that reads a body: a body of exactly that size is read, one byte
+// more is 413 request_too_large and nothing is stored.
+func TestBodyLimitIsExactly64KiB(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const limit = 65536
+	r := b.do(t, "POST", "/v1/orders", acme, "limit-exact", padTo(orderBody, limit))
+	if r.status != http.StatusCreated {
+		t.Fatalf("a body of %d bytes: status %d, want 201; body %s", limit, r.status, r.body)
+	}
+	p := wantProblem(t, b.do(t, "POST", "/v1/orders", acme, "limit-over", padTo(orderBody, limit+1)), http.StatusRequestEntityTooLarge, "request_too_large")
+	if d, _ := p["detail"].(string); !strings.Contains(d, "65536 bytes") {
+		t.Fatalf("detail %q does not name the limit", d)
+	}
+	wantProblem(t, b.do(t, "PUT", "/demo/faults", acme, "", padTo(`{"fail_next":1}`, limit+1)), http.StatusRequestEntityTooLarge, "request_too_large")
+	wantProblem(t, b.do(t, "POST", "/webhooks/psp", "", "", padTo(`{}`, limit+1)), http.StatusRequestEntityTooLarge, "request_too_large")
+	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'limit-over'`); n != 0 {
+		t.Fatalf("records of the refused request = %d, want 0", n)
+	}
+}

@@ -35,7 +35,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -326,9 +325,9 @@ func (h *Handler) SetFaults(c echo.Context) error {
 	if !h.enabled {
 		return errDisabled()
 	}
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := wire.ReadBody(c.Request())
 	if err != nil {
-		return fmt.Errorf("read faults body: %w", err)
+		return err
 	}
 	var in faultsJSON
 	if err := wire.Decode(body, &in); err != nil {

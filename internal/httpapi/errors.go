@@ -66,7 +66,8 @@ func toProblem(err error) *problem.Error {
 		case http.StatusMethodNotAllowed:
 			return problem.New(problem.MethodNotAllowed, "This method is not allowed on this resource.")
 		case http.StatusRequestEntityTooLarge:
-			return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
+			// echo's own body limit; the service's is wire.ReadBody's.
+			return problem.New(problem.RequestTooLarge, "The request body is too large.")
 		case http.StatusUnauthorized:
 			return problem.New(problem.Unauthorized, "The API key is not valid.")
 		case http.StatusBadRequest:

@@ -26,9 +26,6 @@ import (
 	"github.com/oncepay/oncepay/web"
 )
 
-// MaxBodyBytes bounds request bodies; larger ones get 413 request_too_large.
-const MaxBodyBytes = 64 << 10
-
 // Deps are the parts the routes call.
 type Deps struct {
 	Logger   *slog.Logger
@@ -64,8 +61,8 @@ func New(d Deps) *echo.Echo {
 		requestLogger(d.Logger, d.ObserveHTTP),
 		d.Demo.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
-		middleware.BodyLimit("64K"),
 	)
+	// Request bodies are bounded where they are read: wire.ReadBody.
 
 	e.GET("/healthz", healthz)
 	e.GET("/readyz", readyz(d.Pool))

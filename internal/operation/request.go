@@ -1,8 +1,6 @@
 package operation
 
 import (
-	"io"
-
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
@@ -42,9 +40,9 @@ func ParseRequest(c echo.Context, op idempotency.Operation, target Target, body 
 		}
 		params = []string{id.String()}
 	}
-	raw, err := io.ReadAll(c.Request().Body)
+	raw, err := wire.ReadBody(c.Request())
 	if err != nil {
-		return idempotency.Request{}, uuid.Nil, err // the body limit's 413, or a broken connection
+		return idempotency.Request{}, uuid.Nil, err
 	}
 	if err := wire.Decode(raw, body); err != nil {
 		return idempotency.Request{}, uuid.Nil, err

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -76,7 +75,6 @@ func setup(t *testing.T) *bundle {
 	e := echo.New()
 	e.HideBanner = true
 	e.HTTPErrorHandler = httpapi.ErrorHandler(logger)
-	e.Use(middleware.BodyLimit("64K"))
 	e.POST("/webhooks/psp", recv.Handle)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)

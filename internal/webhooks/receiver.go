@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -18,9 +17,6 @@ import (
 	"github.com/oncepay/oncepay/internal/webhooks/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/wire"
 )
-
-// MaxBodyBytes bounds a webhook body; the route's body limit is the same.
-const MaxBodyBytes = 64 << 10
 
 // maxDeliveryIDLen bounds the webhook-id stored as the receipt's key.
 const maxDeliveryIDLen = 255
@@ -92,16 +88,13 @@ func (r *Receiver) Handle(c echo.Context) error {
 
 func (r *Receiver) handle(c echo.Context) (string, error) {
 	req := c.Request()
-	body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
+	body, err := wire.ReadBody(req)
 	if err != nil {
-		var he *echo.HTTPError
-		if errors.As(err, &he) { // the route's body limit
+		var pe *problem.Error
+		if errors.As(err, &pe) {
 			return "", err
 		}
 		return "", &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be read.", Err: err}
-	}
-	if len(body) > MaxBodyBytes {
-		return "", problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes.", MaxBodyBytes)
 	}
 	id, ev, err := r.check(req.Header, body)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/internal/wire"
 )
 
 // Every delivery that is not provably the provider's, and recent, is 401
@@ -120,7 +121,7 @@ func TestMalformedBodiesAreRefused(t *testing.T) {
 	long := strings.Repeat("m", 256)
 	body := []byte(`{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1","status":"succeeded"}}}`)
 	testkit.WantProblem(t, b.deliver(t, long, body), http.StatusUnprocessableEntity, problem.ValidationFailed)
-	big := append([]byte(`{"id":"evt_1","pad":"`), strings.Repeat("x", webhooks.MaxBodyBytes)...)
+	big := append([]byte(`{"id":"evt_1","pad":"`), strings.Repeat("x", wire.MaxBodyBytes)...)
 	testkit.WantProblem(t, b.deliver(t, "msg_big", append(big, `"}`...)), http.StatusRequestEntityTooLarge, problem.RequestTooLarge)
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 0 {
 		t.Fatalf("receipts = %d, want 0", n)

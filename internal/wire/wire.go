@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"unicode"
@@ -19,6 +20,33 @@ import (
 
 	"github.com/oncepay/oncepay/internal/problem"
 )
+
+// MaxBodyBytes bounds every request body: 64 KiB, 65,536 bytes. A larger
+// one is refused with 413 request_too_large.
+const MaxBodyBytes = 64 << 10
+
+// ReadBody reads a request's body, at most MaxBodyBytes of it. Every handler
+// that reads a body reads it here, so the limit is the same everywhere and
+// is exactly the number the docs and the 413 state. A Content-Length over
+// the limit is refused before a byte is read.
+func ReadBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, tooLarge()
+		}
+		return nil, fmt.Errorf("read the request body: %w", err)
+	}
+	return body, nil
+}
+
+func tooLarge() error {
+	return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes (64 KiB).", MaxBodyBytes)
+}
 
 // Decode parses body, a single JSON object, into v. Unknown fields are
 // refused: a typo must not silently change what a request means.

@@ -1,7 +1,12 @@
 package wire_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -42,6 +47,38 @@ func TestDecodeNamesTheFieldWithItsIndex(t *testing.T) {
 		}
 		if f := p.Fields[0]; f.Field != tc.field || f.Message != tc.message {
 			t.Fatalf("Decode(%s) names %q %q, want %q %q", tc.body, f.Field, f.Message, tc.field, tc.message)
+		}
+	}
+}
+
+// The body limit is exactly MaxBodyBytes, 65,536 bytes, whether the client
+// sends a Content-Length or streams the body chunked: one byte more is 413
+// request_too_large, with the number in the detail.
+func TestReadBodyLimitIsExactly64KiB(t *testing.T) {
+	t.Parallel()
+	if wire.MaxBodyBytes != 65536 {
+		t.Fatalf("MaxBodyBytes = %d, want 65536 as the docs say", wire.MaxBodyBytes)
+	}
+	for _, chunked := range []bool{false, true} {
+		for _, n := range []int{0, 1, wire.MaxBodyBytes - 1, wire.MaxBodyBytes, wire.MaxBodyBytes + 1, 2 * wire.MaxBodyBytes} {
+			t.Run(fmt.Sprintf("chunked=%v/%d", chunked, n), func(t *testing.T) {
+				t.Parallel()
+				req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(bytes.Repeat([]byte(" "), n)))
+				if chunked {
+					req.ContentLength = -1
+				}
+				body, err := wire.ReadBody(req)
+				if n <= wire.MaxBodyBytes {
+					if err != nil || len(body) != n {
+						t.Fatalf("ReadBody of %d bytes = %d bytes, %v", n, len(body), err)
+					}
+					return
+				}
+				var p *problem.Error
+				if !errors.As(err, &p) || p.Code != problem.RequestTooLarge || !strings.Contains(p.Detail, "65536 bytes") {
+					t.Fatalf("ReadBody of %d bytes: %v, want request_too_large naming 65536 bytes", n, err)
+				}
+			})
 		}
 	}
 }
