@@ -24,6 +24,8 @@ const (
 	CodeInvalidJSON                = "invalid_json"
 	CodeValidationFailed           = "validation_failed"
 	CodeRequestTooLarge            = "request_too_large"
+	CodeRequestTimeout             = "request_timeout"
+	CodeClientClosedRequest        = "client_closed_request"
 	CodeNotFound                   = "not_found"
 	CodeMethodNotAllowed           = "method_not_allowed"
 	CodeCardDeclined               = "card_declined"

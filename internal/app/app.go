@@ -366,7 +366,7 @@ func (a *App) httpServer(h http.Handler) *http.Server {
 		// Slow clients must not hold connections forever; writes get more
 		// time than reads because a started write runs to its end anyway.
 		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
+		ReadTimeout:       a.cfg.ReadTimeout,
 		WriteTimeout:      a.cfg.WriteTimeout + 5*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,

@@ -67,6 +67,7 @@ func testConfig(t *testing.T) app.Config {
 		LogLevel:          slog.LevelWarn,
 		DBMaxConns:        40,
 		DBLockTimeout:     5 * time.Second,
+		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdempotencyLease:  30 * time.Second,
 		AuthCacheTTL:      time.Minute,

@@ -33,6 +33,10 @@ type Config struct {
 	// duplicate request waits for the first one before it gets 409
 	// request_in_progress (DB_LOCK_TIMEOUT, default 2s).
 	DBLockTimeout time.Duration
+	// ReadTimeout bounds reading one request, headers and body: a client
+	// slower than this gets 408 request_timeout, and the connection is
+	// closed (READ_TIMEOUT, default 15s).
+	ReadTimeout time.Duration
 	// WriteTimeout bounds a started write; it runs to its end even when the
 	// client disconnects (WRITE_TIMEOUT, default 10s).
 	WriteTimeout time.Duration
@@ -151,6 +155,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		LogLevel:         r.level("LOG_LEVEL", slog.LevelInfo),
 		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)),
 		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
+		ReadTimeout:      r.duration("READ_TIMEOUT", 15*time.Second),
 		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),
 		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", 30*time.Second),
 		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", 30*time.Second),
@@ -192,6 +197,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	for _, op := range ops {
 		c.Retention.Idempotency[op.Name] = r.duration(op.RetentionVariable(), op.Retention)
+	}
+	if c.ReadTimeout <= 0 {
+		r.errs = append(r.errs, fmt.Errorf("READ_TIMEOUT (%s) must be positive: without it a client that sends its request slowly holds the connection forever", c.ReadTimeout))
 	}
 	if c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))

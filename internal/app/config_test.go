@@ -21,8 +21,13 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	// Defaults: demo mode is off unless asked for.
 	c, err = app.ConfigFromEnv(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] })
-	if err != nil || c.DemoMode {
+	if err != nil || c.DemoMode || c.ReadTimeout != 15*time.Second {
 		t.Fatalf("default config = %+v, %v", c, err)
+	}
+	// Without a read timeout a slow client holds its connection forever.
+	noRead := map[string]string{"DATABASE_URL": "postgres://x", "READ_TIMEOUT": "0s"}
+	if _, err = app.ConfigFromEnv(func(k string) string { return noRead[k] }); err == nil || !strings.Contains(err.Error(), "READ_TIMEOUT (0s) must be positive") {
+		t.Fatalf("no read timeout: %v", err)
 	}
 	// Rule 5 at startup: a retention shorter than the horizon it covers is
 	// refused, with the horizon and the numbers.

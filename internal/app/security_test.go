@@ -1,10 +1,16 @@
 package app_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/app"
 )
 
 // httpSeries returns the series of the HTTP latency histogram (its _count
@@ -100,4 +106,94 @@ func TestBodyLimitIsExactly64KiB(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'limit-over'`); n != 0 {
 		t.Fatalf("records of the refused request = %d, want 0", n)
 	}
+}
+
+// partialRequest is a POST whose head announces a body of twice the bytes
+// it carries: what a client that hangs up (or stalls) halfway through
+// sending sends.
+func partialRequest(method, path, apiKey, key, body string) string {
+	var head strings.Builder
+	fmt.Fprintf(&head, "%s %s HTTP/1.1\r\nHost: oncepay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, 2*len(body))
+	if apiKey != "" {
+		fmt.Fprintf(&head, "Authorization: Bearer %s\r\n", apiKey)
+	}
+	if key != "" {
+		fmt.Fprintf(&head, "Idempotency-Key: %s\r\n", key)
+	}
+	return head.String() + "\r\n" + body
+}
+
+// noServerErrors fails the test when /metrics counted any 5xx answer.
+func (b *testBundle) noServerErrors(t *testing.T) {
+	t.Helper()
+	for s, v := range b.httpSeries(t) {
+		if strings.Contains(s, `status="5`) {
+			t.Errorf("%s = %v: a 5xx answer", s, v)
+		}
+	}
+}
+
+// A client that hangs up halfway through its body is a client error on
+// every route that reads one: logged and counted as 499
+// client_closed_request, never as a 500, and nothing is stored, so the same
+// key then works for the whole request.
+func TestClientHangingUpMidBodyIsAClientError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "hangup-order")
+	for _, tc := range []struct{ method, path, route, apiKey, key, body string }{
+		{"POST", "/v1/orders", "/v1/orders", acme, "hangup-1", orderBody},
+		{"POST", "/v1/orders/" + orderID + "/payments", "/v1/orders/:id/payments", acme, "hangup-2", `{"payment_method":"pm_card_ok"}`},
+		{"POST", "/webhooks/psp", "/webhooks/psp", "", "", `{"id":"evt_1","type":"charge.succeeded"}`},
+		{"PUT", "/demo/faults", "/demo/faults", acme, "", `{"fail_next":1}`},
+	} {
+		conn, err := net.Dial("tcp", b.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, partialRequest(tc.method, tc.path, tc.apiKey, tc.key, tc.body)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		b.waitForSeries(t, 10*time.Second,
+			fmt.Sprintf(`oncepay_http_request_duration_seconds_count{method=%q,route=%q,status="499"}`, tc.method, tc.route),
+			"the hang-up counted as a client error", atLeast(1))
+	}
+	b.noServerErrors(t)
+	if r := b.do(t, "POST", "/v1/orders", acme, "hangup-1", orderBody); r.status != http.StatusCreated {
+		t.Fatalf("the same key after the hang-up: %d %s, want 201", r.status, r.body)
+	}
+}
+
+// A client slower than the read timeout gets 408 request_timeout (it may
+// still be there to read it), and it is counted as that, not as a 500.
+func TestClientSlowerThanTheReadTimeoutGets408(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.ReadTimeout = time.Second })
+	conn, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, partialRequest("POST", "/v1/orders", acme, "slow-1", orderBody)); err != nil {
+		t.Fatal(err)
+	}
+	// The rest of the body never comes; the answer must, well within the
+	// deadline that keeps a broken server from hanging the test.
+	if err := conn.SetReadDeadline(time.Now().Add(15 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to the stalled request: %v", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, response{status: res.StatusCode, header: res.Header, body: raw}, http.StatusRequestTimeout, "request_timeout")
+	b.waitForSeries(t, 10*time.Second, `oncepay_http_request_duration_seconds_count{method="POST",route="/v1/orders",status="408"}`,
+		"the stalled request counted as a client error", atLeast(1))
+	b.noServerErrors(t)
 }

@@ -94,6 +94,8 @@ var statuses = map[problem.Code]int{
 	problem.OrderAlreadyPaid:           409,
 	problem.PaymentNotRefundable:       409,
 	problem.RequestTooLarge:            413,
+	problem.RequestTimeout:             408,
+	problem.ClientClosedRequest:        499,
 	problem.IdempotencyKeyReused:       422,
 	problem.ValidationFailed:           422,
 	problem.RefundExceedsPayment:       422,
@@ -124,7 +126,11 @@ func TestEveryCodeAnswersWithItsStatus(t *testing.T) {
 			if code == problem.Internal {
 				want = genericDetail
 			}
-			if p.Type != "urn:oncepay:problem:"+string(code) || p.Title != http.StatusText(status) || p.Detail != want {
+			title := http.StatusText(status)
+			if status == 499 { // no reason phrase in HTTP: nginx's
+				title = "Client Closed Request"
+			}
+			if p.Type != "urn:oncepay:problem:"+string(code) || p.Title != title || p.Detail != want {
 				t.Fatalf("problem = %+v, want type urn:oncepay:problem:%s, title %q, detail %q", p, code, http.StatusText(status), want)
 			}
 		})

@@ -36,6 +36,8 @@ const (
 	InvalidJSON                Code = "invalid_json"
 	ValidationFailed           Code = "validation_failed"
 	RequestTooLarge            Code = "request_too_large"
+	RequestTimeout             Code = "request_timeout"
+	ClientClosedRequest        Code = "client_closed_request"
 	NotFound                   Code = "not_found"
 	MethodNotAllowed           Code = "method_not_allowed"
 	CardDeclined               Code = "card_declined"
@@ -58,6 +60,8 @@ var statuses = map[Code]int{
 	InvalidJSON:                http.StatusBadRequest,
 	ValidationFailed:           http.StatusUnprocessableEntity,
 	RequestTooLarge:            http.StatusRequestEntityTooLarge,
+	RequestTimeout:             http.StatusRequestTimeout,
+	ClientClosedRequest:        StatusClientClosedRequest,
 	NotFound:                   http.StatusNotFound,
 	MethodNotAllowed:           http.StatusMethodNotAllowed,
 	CardDeclined:               http.StatusPaymentRequired,
@@ -75,6 +79,20 @@ var statuses = map[Code]int{
 // keep them equal).
 func Codes() []Code {
 	return slices.Sorted(maps.Keys(statuses))
+}
+
+// StatusClientClosedRequest is the status of a request whose client hung up
+// before its body arrived: nginx's 499, a client error for logs and
+// metrics. Nobody reads the answer; HTTP itself has no such status.
+const StatusClientClosedRequest = 499
+
+// Title returns the title of a status: its reason phrase (RFC 9110), and
+// "Client Closed Request" for StatusClientClosedRequest, which has none.
+func Title(status int) string {
+	if status == StatusClientClosedRequest {
+		return "Client Closed Request"
+	}
+	return http.StatusText(status)
 }
 
 // Status returns the HTTP status code for code; unknown codes are internal
@@ -158,7 +176,7 @@ func (e *Error) JSON() []byte {
 	enc.SetEscapeHTML(false) // bodies are JSON, not HTML: keep "<" readable
 	err := enc.Encode(body{
 		Type:     "urn:oncepay:problem:" + string(e.Code),
-		Title:    http.StatusText(status),
+		Title:    Title(status),
 		Status:   status,
 		Detail:   e.Detail,
 		Instance: e.Instance,

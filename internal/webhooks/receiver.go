@@ -90,11 +90,7 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 	req := c.Request()
 	body, err := wire.ReadBody(req)
 	if err != nil {
-		var pe *problem.Error
-		if errors.As(err, &pe) {
-			return "", err
-		}
-		return "", &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be read.", Err: err}
+		return "", err
 	}
 	id, ev, err := r.check(req.Header, body)
 	if err != nil {

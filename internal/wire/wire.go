@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,10 +26,13 @@ import (
 // one is refused with 413 request_too_large.
 const MaxBodyBytes = 64 << 10
 
-// ReadBody reads a request's body, at most MaxBodyBytes of it. Every handler
-// that reads a body reads it here, so the limit is the same everywhere and
-// is exactly the number the docs and the 413 state. A Content-Length over
-// the limit is refused before a byte is read.
+// ReadBody reads a request's body, at most MaxBodyBytes of it. Every
+// handler that reads a body reads it here, so the limit is the same
+// everywhere and is exactly the number the docs and the 413 state. A
+// Content-Length over the limit is refused before a byte is read. A body
+// that never arrives whole is a client error: 408 request_timeout when the
+// client was slower than the server's read timeout, 499
+// client_closed_request when it hung up first.
 func ReadBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, tooLarge()
@@ -39,7 +43,15 @@ func ReadBody(r *http.Request) ([]byte, error) {
 		if errors.As(err, &tooBig) {
 			return nil, tooLarge()
 		}
-		return nil, fmt.Errorf("read the request body: %w", err)
+		// Reading a request body fails only on the client's side of the
+		// connection: it hung up (or reset) before the body was complete,
+		// or it was slower than the server's read timeout. Either is a
+		// client error, never a 500.
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			return nil, &problem.Error{Code: problem.RequestTimeout, Detail: "The request body did not arrive within the server's read timeout.", Err: err}
+		}
+		return nil, &problem.Error{Code: problem.ClientClosedRequest, Detail: "The connection ended before the request body was complete.", Err: err}
 	}
 	return body, nil
 }
