@@ -612,7 +612,7 @@ func TestValidationErrors(t *testing.T) {
 		{"trailing data", orderBody + `{}`, "invalid_json", "", 400},
 		{"array body", `[1,2]`, "validation_failed", "", 422},
 		{"unknown field", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1}],"amount_total":1}`, "validation_failed", "amount_total", 422},
-		{"unknown item field", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1,"unit_amount":1}]}`, "validation_failed", "unit_amount", 422},
+		{"unknown item field", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1,"unit_amount":1}]}`, "validation_failed", "items[0].unit_amount", 422},
 		{"missing currency", `{"items":[{"sku":"travel-mug","quantity":1}]}`, "validation_failed", "currency", 422},
 		{"lowercase currency", `{"currency":"eur","items":[{"sku":"travel-mug","quantity":1}]}`, "validation_failed", "currency", 422},
 		{"unsupported currency", `{"currency":"JPY","items":[{"sku":"travel-mug","quantity":1}]}`, "validation_failed", "currency", 422},

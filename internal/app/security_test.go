@@ -197,3 +197,66 @@ func TestClientSlowerThanTheReadTimeoutGets408(t *testing.T) {
 		"the stalled request counted as a client error", atLeast(1))
 	b.noServerErrors(t)
 }
+
+// Member names are matched exactly on every route that reads a body: a
+// member that differs from the contract's only by case is an unknown member
+// (422 validation_failed naming it), never read into the field it
+// resembles, and the same name twice is 400 invalid_json. Nothing of a
+// refused request runs: the quantity, the refund amount and the payment
+// method stay what the lowercase member said once the request is sent right.
+func TestRequestMemberNamesMatchExactly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "names-order")
+	paymentID, _ := b.paidOrder(t)
+	for _, tc := range []struct {
+		name, method, path, body, status, code, field string
+	}{
+		{"order quantity", "POST", "/v1/orders", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1,"QUANTITY":7}]}`, "422", "validation_failed", "items[0].QUANTITY"},
+		{"order currency", "POST", "/v1/orders", `{"Currency":"EUR","items":[{"sku":"travel-mug","quantity":1}]}`, "422", "validation_failed", "Currency"},
+		{"order duplicate", "POST", "/v1/orders", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1,"quantity":7}]}`, "400", "invalid_json", ""},
+		{"payment method", "POST", "/v1/orders/" + orderID + "/payments", `{"payment_method":"pm_card_ok","PAYMENT_METHOD":"pm_card_declined"}`, "422", "validation_failed", "PAYMENT_METHOD"},
+		{"payment duplicate", "POST", "/v1/orders/" + orderID + "/payments", `{"payment_method":"pm_card_ok","payment_method":"pm_card_declined"}`, "400", "invalid_json", ""},
+		{"refund amount", "POST", "/v1/payments/" + paymentID + "/refunds", `{"amount":1,"AMOUNT":2}`, "422", "validation_failed", "AMOUNT"},
+		{"refund duplicate", "POST", "/v1/payments/" + paymentID + "/refunds", `{"amount":1,"amount":2}`, "400", "invalid_json", ""},
+		{"demo faults", "PUT", "/demo/faults", `{"FAIL_NEXT":1}`, "422", "validation_failed", "FAIL_NEXT"},
+		{"demo faults duplicate", "PUT", "/demo/faults", `{"fail_next":0,"fail_next":1}`, "400", "invalid_json", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := ""
+			if tc.method == "POST" {
+				key = "names-" + strings.ReplaceAll(tc.name, " ", "-")
+			}
+			r := b.do(t, tc.method, tc.path, acme, key, tc.body)
+			status := map[string]int{"400": 400, "422": 422}[tc.status]
+			p := wantProblem(t, r, status, tc.code)
+			if tc.field != "" {
+				errs, _ := p["errors"].([]any)
+				if len(errs) != 1 || errs[0].(map[string]any)["field"] != tc.field || errs[0].(map[string]any)["message"] != "unknown field" {
+					t.Fatalf("errors = %v, want %s: unknown field", p["errors"], tc.field)
+				}
+			}
+		})
+	}
+	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key LIKE 'names-%' AND idempotency_key <> 'names-order'`); n != 0 {
+		t.Fatalf("refused requests left %d idempotency records, want 0", n)
+	}
+	if got := b.do(t, "GET", "/demo/faults", acme, "", ""); !strings.Contains(string(got.body), `"fail_next":0`) {
+		t.Fatalf("faults after the refused PUTs = %s, want none armed", got.body)
+	}
+
+	// The provider's events are open objects: a member that differs from a
+	// known one only by case is ignored like any unknown member, so the
+	// event is what its lowercase members say; a name twice is refused.
+	open := `{"id":"evt_names","TYPE":"charge.succeeded","data":{"object":{"id":"ch_x","status":"succeeded"}}}`
+	r := b.webhook(t, "msg_names_1", open, true)
+	p := wantProblem(t, r, http.StatusUnprocessableEntity, "validation_failed")
+	if errs, _ := p["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["field"] != "type" {
+		t.Fatalf("errors = %v, want type (TYPE is not type)", p["errors"])
+	}
+	dup := `{"id":"evt_names","type":"charge.failed","type":"charge.succeeded","data":{"object":{"id":"ch_x","status":"succeeded"}}}`
+	wantProblem(t, b.webhook(t, "msg_names_2", dup, true), http.StatusBadRequest, "invalid_json")
+	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id LIKE 'msg_names_%'`); n != 0 {
+		t.Fatalf("refused deliveries left %d receipts, want 0", n)
+	}
+}

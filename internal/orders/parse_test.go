@@ -23,7 +23,9 @@ func TestParseCreate(t *testing.T) {
 // client error (invalid_json or validation_failed); never a panic, never an
 // internal error, and a valid input always respects the limits and can be
 // stored: PostgreSQL's text takes no U+0000. (Invalid UTF-8 never reaches
-// the parser's output: encoding/json replaces it with U+FFFD.)
+// the parser's output: internal/wire refuses it as invalid_json.) The seeds
+// include members spelt in another case and members twice, which must be
+// refused rather than read into the quantity.
 func FuzzParseCreate(f *testing.F) {
 	for _, s := range []string{
 		`{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`,
@@ -32,6 +34,10 @@ func FuzzParseCreate(f *testing.F) {
 		`{"currency":"EUR","items":[{"sku":"` + strings.Repeat("x", 70) + `","quantity":-0}]}`,
 		`{"currency":"EUR","items":[{"sku":"a\u0000b","quantity":1}]}`,
 		`{"currency":"EUR","items":[{"sku":"` + strings.Repeat("é", 64) + `","quantity":1}]}`,
+		`{"currency":"EUR","items":[{"sku":"a","quantity":1,"QUANTITY":7}]}`,
+		`{"currency":"EUR","items":[{"sku":"a","quantity":1,"quantity":7}]}`,
+		`{"CURRENCY":"EUR","Items":[{"Sku":"a","Quantity":1}]}`,
+		"{\"currency\":\"EUR\",\"items\":[{\"sku\":\"\xff\",\"quantity\":1}]}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -43,12 +49,12 @@ func FuzzParseCreate(f *testing.F) {
 			}
 			return
 		}
-		if len(in.Items) < 1 || len(in.Items) > MaxItems || len(in.Currency) != 3 {
+		if len(in.Items) < 1 || len(in.Items) > MaxItems || len(in.Currency) != 3 || !utf8.ValidString(in.Currency) {
 			t.Fatalf("parseCreate(%q) accepted %+v", body, in)
 		}
 		for _, it := range in.Items {
 			if it.Quantity < 1 || it.Quantity > MaxQuantity || it.SKU == "" || utf8.RuneCountInString(it.SKU) > MaxSKULen ||
-				strings.ContainsRune(it.SKU, 0) {
+				strings.ContainsRune(it.SKU, 0) || !utf8.ValidString(it.SKU) {
 				t.Fatalf("parseCreate(%q) accepted item %+v", body, it)
 			}
 		}

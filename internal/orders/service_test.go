@@ -205,8 +205,8 @@ func TestPricesComeFromTheCatalogNeverTheClient(t *testing.T) {
 
 	r := b.do(t, b.acme, http.MethodPost, "/v1/orders", "mug-3", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":2,"unit_amount":1}]}`)
 	p := testkit.WantProblem(t, r, http.StatusUnprocessableEntity, problem.ValidationFailed)
-	if len(p.Errors) != 1 || p.Errors[0].Field != "unit_amount" {
-		t.Fatalf("errors = %+v, want the unknown field unit_amount", p.Errors)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "items[0].unit_amount" {
+		t.Fatalf("errors = %+v, want the unknown field items[0].unit_amount", p.Errors)
 	}
 	if n := b.orderCount(t, b.acme); n != 2 {
 		t.Fatalf("acme has %d orders, want 2", n)

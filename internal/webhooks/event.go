@@ -1,12 +1,9 @@
 package webhooks
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
 )
 
 // The provider event types the receiver accepts.
@@ -19,16 +16,17 @@ const (
 	EventChargeRefunded = "charge.refunded"
 )
 
-// envelope is the wire form of a provider event. Unknown fields are allowed:
-// the provider may add some, and a refused delivery is retried until the
-// provider gives up on it.
+// envelope is the wire form of a provider event. It is an open object
+// (wire.DecodeOpen): the provider may add members, and a refused delivery is
+// retried until the provider gives up on it. Names match exactly, as
+// everywhere: "TYPE" is not "type", and a name twice is refused.
 type envelope struct {
 	ID      string `json:"id"`
 	Type    string `json:"type"`
 	Created int64  `json:"created"`
 	Data    struct {
-		Object json.RawMessage `json:"object"`
-		Refund json.RawMessage `json:"refund"`
+		Object *payments.Charge         `json:"object"`
+		Refund *payments.ProviderRefund `json:"refund"`
 	} `json:"data"`
 }
 
@@ -42,19 +40,13 @@ type event struct {
 }
 
 // parseEvent validates a webhook body. Errors are *problem.Error: 400
-// invalid_json for what is not JSON, 422 validation_failed for an envelope
-// of the wrong shape, an unknown type, or a missing object.
+// invalid_json for what is not JSON (a name twice in one object included),
+// 422 validation_failed for an envelope of the wrong shape, an unknown type,
+// or a missing object.
 func parseEvent(body []byte) (event, error) {
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 || !json.Valid(trimmed) {
-		return event{}, problem.New(problem.InvalidJSON, "The webhook body is not valid JSON.")
-	}
-	if trimmed[0] != '{' {
-		return event{}, problem.Validation(problem.FieldError{Field: "", Message: "must be a JSON object"})
-	}
 	var env envelope
-	if err := json.Unmarshal(trimmed, &env); err != nil {
-		return event{}, shapeError("", err)
+	if err := wire.DecodeOpen(body, &env); err != nil {
+		return event{}, err
 	}
 	var fields []problem.FieldError
 	if env.ID == "" {
@@ -66,11 +58,10 @@ func parseEvent(body []byte) (event, error) {
 		fields = append(fields, problem.FieldError{Field: "type", Message: "must be charge.succeeded, charge.failed or charge.refunded"})
 	}
 	ev := event{id: env.ID, typ: env.Type, created: env.Created}
-	if !isObject(env.Data.Object) {
+	if env.Data.Object == nil {
 		fields = append(fields, problem.FieldError{Field: "data.object", Message: "is required and must be an object"})
-	} else if err := json.Unmarshal(env.Data.Object, &ev.charge); err != nil {
-		return event{}, shapeError("data.object", err)
 	} else {
+		ev.charge = *env.Data.Object
 		if ev.charge.ID == "" {
 			fields = append(fields, problem.FieldError{Field: "data.object.id", Message: "is required"})
 		}
@@ -82,11 +73,9 @@ func parseEvent(body []byte) (event, error) {
 		}
 	}
 	if env.Type == EventChargeRefunded {
-		if !isObject(env.Data.Refund) {
+		if env.Data.Refund == nil {
 			fields = append(fields, problem.FieldError{Field: "data.refund", Message: "is required for charge.refunded and must be an object"})
-		} else if err := json.Unmarshal(env.Data.Refund, &ev.refund); err != nil {
-			return event{}, shapeError("data.refund", err)
-		} else if ev.refund.ID == "" {
+		} else if ev.refund = *env.Data.Refund; ev.refund.ID == "" {
 			fields = append(fields, problem.FieldError{Field: "data.refund.id", Message: "is required"})
 		}
 	}
@@ -94,32 +83,4 @@ func parseEvent(body []byte) (event, error) {
 		return event{}, problem.Validation(fields...)
 	}
 	return ev, nil
-}
-
-// isObject reports whether raw is a JSON object (not absent, not null).
-func isObject(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) > 0 && t[0] == '{'
-}
-
-// shapeError turns a decoding error of valid JSON into validation_failed
-// naming the field, under prefix.
-func shapeError(prefix string, err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		field := typeErr.Field
-		switch {
-		case prefix != "" && field != "":
-			field = prefix + "." + field
-		case prefix != "":
-			field = prefix
-		}
-		return &problem.Error{
-			Code:   problem.ValidationFailed,
-			Detail: "The webhook body has invalid fields.",
-			Fields: []problem.FieldError{{Field: field, Message: "must not be a JSON " + typeErr.Value}},
-			Err:    err,
-		}
-	}
-	return &problem.Error{Code: problem.InvalidJSON, Detail: "The webhook body could not be decoded.", Err: err}
 }

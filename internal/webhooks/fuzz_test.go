@@ -35,6 +35,8 @@ func FuzzCheck(f *testing.F) {
 		`{"id":"evt_3","type":"charge.refunded","created":1,"data":{"object":{"id":"ch_1","status":"succeeded"},"refund":{"id":"re_1","amount":5}}}`,
 		`{"id":"evt_4","type":"charge.refunded","data":{"object":{"id":"ch_1"},"refund":null}}`,
 		`{"id":1}`, `[]`, `null`, `{`, ``, `{"data":{"object":{"amount":1e400}}}`,
+		`{"id":"evt_5","TYPE":"charge.succeeded","type":"charge.failed","data":{"object":{"id":"ch_1","status":"failed"}}}`,
+		`{"id":"evt_6","type":"charge.failed","type":"charge.succeeded","data":{"object":{"id":"ch_1","status":"succeeded"}}}`,
 	} {
 		f.Add("msg_1", ts, []byte(body), "", true)
 		f.Add("msg_1", ts, []byte(body), "v1,AAAA", false)

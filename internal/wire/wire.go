@@ -12,11 +12,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -60,142 +63,140 @@ func tooLarge() error {
 	return problem.New(problem.RequestTooLarge, "The request body is larger than %d bytes (64 KiB).", MaxBodyBytes)
 }
 
-// Decode parses body, a single JSON object, into v. Unknown fields are
-// refused: a typo must not silently change what a request means.
-func Decode(body []byte, v any) error {
+// Request bodies are decoded by github.com/go-json-experiment/json, the
+// implementation of encoding/json/v2 (in the standard library only behind
+// GOEXPERIMENT=jsonv2 so far), not by encoding/json, whose defaults break
+// the contract: encoding/json matches member names case-insensitively
+// ({"amount":1,"AMOUNT":2} refunds 2, though the contract knows no member
+// AMOUNT) and lets the last of two equal names win. The v2 defaults are the
+// contract's: a name matches its field exactly, a name twice in one object
+// is a syntax error, and so is invalid UTF-8. Responses are still encoded by
+// encoding/json (Encode): what it writes is the contract's already.
+
+// Decode parses body, a single JSON object, into v strictly: every member
+// name must be one of v's field names, exactly as spelt (a name that
+// differs only by case is unknown), so a typo must not silently change what
+// a request means. What is not JSON, a name twice in one object, and invalid
+// UTF-8 are 400 invalid_json; a well-formed body of the wrong shape, or with
+// an unknown member, is 422 validation_failed naming the member by its path
+// (items[0].quantity).
+func Decode(body []byte, v any) error { return decode(body, v, true) }
+
+// DecodeOpen is Decode for an open object, one whose sender may add
+// members: unknown members are ignored instead of refused. Names still
+// match exactly, so a member that differs from a known one only by case is
+// one of those ignored, and duplicates are still refused. The provider's
+// webhook events are open.
+func DecodeOpen(body []byte, v any) error { return decode(body, v, false) }
+
+func decode(body []byte, v any, rejectUnknown bool) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
 		return problem.New(problem.InvalidJSON, "The request body must be a JSON object.")
 	}
-	if trimmed[0] != '{' {
-		if json.Valid(trimmed) {
-			return problem.Validation(problem.FieldError{Field: "", Message: "must be a JSON object"})
+	var syntaxErr *jsontext.SyntacticError
+	if err := validJSON(trimmed); err != nil {
+		if errors.As(err, &syntaxErr) && errors.Is(syntaxErr.Err, jsontext.ErrDuplicateName) {
+			return &problem.Error{Code: problem.InvalidJSON, Detail: fmt.Sprintf("The request body names the member %q twice in one object.", syntaxErr.JSONPointer.LastToken()), Err: err}
 		}
-		return problem.New(problem.InvalidJSON, "The request body is not valid JSON.")
+		return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body is not valid JSON.", Err: err}
 	}
-	if !json.Valid(trimmed) {
-		return problem.New(problem.InvalidJSON, "The request body is not valid JSON.")
+	if trimmed[0] != '{' {
+		return problem.Validation(problem.FieldError{Field: "", Message: "must be a JSON object"})
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := jsonv2.Unmarshal(trimmed, v, jsonv2.RejectUnknownMembers(rejectUnknown)); err != nil {
 		return shapeError(trimmed, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return problem.New(problem.InvalidJSON, "The request body must hold exactly one JSON object.")
 	}
 	return nil
 }
 
-// shapeError turns a decoding error of body, valid JSON, into
-// validation_failed.
-func shapeError(body []byte, err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		field := typeErr.Field
-		if p, ok := pathAt(body, typeErr.Offset); ok {
-			field = p // with array indices, which typeErr.Field lacks
-		}
-		if field == "" {
-			field = "(root)"
-		}
-		kind := jsonKind(typeErr.Type.Kind().String())
-		if strings.HasPrefix(typeErr.Value, "number") { // a number its field cannot hold
-			switch kind {
-			case "a number":
-				return problem.Validation(problem.FieldError{Field: field, Message: "is out of range"})
-			case "an integer":
-				return problem.Validation(problem.FieldError{Field: field, Message: "must be an integer in range"})
-			}
-		}
-		return problem.Validation(problem.FieldError{Field: field, Message: "must be " + kind})
+// validJSON reports the first syntax error of body: anything but exactly
+// one JSON value, a name twice in one object, invalid UTF-8.
+func validJSON(body []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.ReadValue(); err != nil {
+		return err
 	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return problem.Validation(problem.FieldError{Field: strings.Trim(name, `"`), Message: "unknown field"})
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("more than one JSON value: %w", err)
 	}
-	return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be decoded.", Err: err}
+	return nil
 }
 
-// pathAt returns the path (items[0].quantity) of the value of body, valid
-// JSON, that ends at offset, the place encoding/json reports a type error
-// at (the end of a scalar, or just after the opening of an array or object).
-func pathAt(body []byte, offset int64) (string, bool) {
-	type frame struct {
-		array   bool
-		index   int
-		key     string
-		wantKey bool
+// shapeError turns an error of decoding body, valid JSON, into
+// validation_failed naming the member.
+func shapeError(body []byte, err error) error {
+	var semErr *jsonv2.SemanticError
+	if !errors.As(err, &semErr) {
+		return &problem.Error{Code: problem.InvalidJSON, Detail: "The request body could not be decoded.", Err: err}
 	}
-	var stack []frame
-	path := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			if f.array {
-				fmt.Fprintf(&b, "[%d]", f.index)
-				continue
-			}
-			if b.Len() > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(f.key)
-		}
-		return b.String()
+	field := fieldPath(body, semErr.JSONPointer)
+	if errors.Is(semErr.Err, jsonv2.ErrUnknownName) {
+		return &problem.Error{Code: problem.ValidationFailed, Detail: "The request has invalid fields.",
+			Fields: []problem.FieldError{{Field: field, Message: "unknown field"}}, Err: err}
 	}
-	afterValue := func() {
-		if n := len(stack); n > 0 {
-			if stack[n-1].array {
-				stack[n-1].index++
-			} else {
-				stack[n-1].wantKey = true
-			}
+	if field == "" {
+		field = "(root)"
+	}
+	kind := "of another type"
+	if semErr.GoType != nil {
+		kind = jsonKind(semErr.GoType.Kind())
+	}
+	message := "must be " + kind
+	if semErr.JSONKind == '0' { // a number its field cannot hold
+		switch kind {
+		case "a number":
+			message = "is out of range"
+		case "an integer":
+			message = "must be an integer in range"
 		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		if n := len(stack); n > 0 && !stack[n-1].array && stack[n-1].wantKey {
-			if key, ok := tok.(string); ok {
-				stack[n-1].key, stack[n-1].wantKey = key, false
-				continue
+	return &problem.Error{Code: problem.ValidationFailed, Detail: "The request has invalid fields.",
+		Fields: []problem.FieldError{{Field: field, Message: message}}, Err: err}
+}
+
+// fieldPath spells ptr, a JSON Pointer into body (valid JSON), as the
+// contract names fields: items[1].quantity. Whether a token is an index or
+// a name is read from body itself, since a name may be all digits.
+func fieldPath(body []byte, ptr jsontext.Pointer) string {
+	var b strings.Builder
+	cur := jsontext.Value(body)
+	for tok := range ptr.Tokens() {
+		if cur.Kind() == '[' {
+			var elems []jsontext.Value
+			_ = jsonv2.Unmarshal(cur, &elems)
+			fmt.Fprintf(&b, "[%s]", tok)
+			cur = nil
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(elems) {
+				cur = elems[i]
 			}
-		}
-		switch tok {
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			afterValue()
 			continue
 		}
-		if dec.InputOffset() >= offset {
-			return path(), true
+		if b.Len() > 0 {
+			b.WriteByte('.')
 		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{wantKey: true})
-		case json.Delim('['):
-			stack = append(stack, frame{array: true})
-		default:
-			afterValue()
-		}
+		b.WriteString(tok)
+		var members map[string]jsontext.Value
+		_ = jsonv2.Unmarshal(cur, &members)
+		cur = members[tok]
 	}
+	return b.String()
 }
 
-func jsonKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "an integer"
-	case strings.HasPrefix(goKind, "float"):
+	case reflect.Float32, reflect.Float64:
 		return "a number"
-	case goKind == "string":
+	case reflect.String:
 		return "a string"
-	case goKind == "slice" || goKind == "array":
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case goKind == "struct" || goKind == "map":
+	case reflect.Struct, reflect.Map:
 		return "an object"
-	case goKind == "bool":
+	case reflect.Bool:
 		return "a boolean"
 	}
 	return "of another type"

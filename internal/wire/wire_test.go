@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/wire"
 )
@@ -81,4 +83,125 @@ func TestReadBodyLimitIsExactly64KiB(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Member names match exactly: a name that differs from a field's only by
+// case is an unknown member (422 naming it), a name twice in one object is
+// 400 invalid_json (whichever the spelling), and an open object (DecodeOpen)
+// ignores the variant instead of reading it into the field.
+func TestDecodeMatchesNamesExactly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body, field string
+		code        problem.Code
+	}{
+		{`{"CURRENCY":"EUR"}`, "CURRENCY", problem.ValidationFailed},
+		{`{"currency":"EUR","Currency":"USD"}`, "Currency", problem.ValidationFailed},
+		{`{"items":[{"sku":"a","quantity":1,"QUANTITY":7}]}`, "items[0].QUANTITY", problem.ValidationFailed},
+		{`{"meta":{"Tags":["x"]}}`, "meta.Tags", problem.ValidationFailed},
+		{`{"currency":"EUR","currency":"USD"}`, "", problem.InvalidJSON},
+		{`{"items":[{"sku":"a","sku":"b"}]}`, "", problem.InvalidJSON},
+		{`{"currency":"EUR","\u0063urrency":"USD"}`, "", problem.InvalidJSON}, // the same name, escaped
+		{"{\"currency\":\"\xff\"}", "", problem.InvalidJSON},
+		{`{"currency":"EUR"} {"currency":"USD"}`, "", problem.InvalidJSON},
+	} {
+		var v order
+		err := wire.Decode([]byte(tc.body), &v)
+		var p *problem.Error
+		if !errors.As(err, &p) || p.Code != tc.code {
+			t.Fatalf("Decode(%s) = %v, want %s", tc.body, err, tc.code)
+		}
+		if tc.field != "" && (len(p.Fields) != 1 || p.Fields[0] != (problem.FieldError{Field: tc.field, Message: "unknown field"})) {
+			t.Fatalf("Decode(%s) names %+v, want %s unknown", tc.body, p.Fields, tc.field)
+		}
+	}
+	var open order
+	if err := wire.DecodeOpen([]byte(`{"currency":"EUR","CURRENCY":"USD","extra":1}`), &open); err != nil || *open.Currency != "EUR" {
+		t.Fatalf("DecodeOpen = %v, currency %v; want EUR, the variant ignored", err, open.Currency)
+	}
+	if err := wire.DecodeOpen([]byte(`{"currency":"EUR","currency":"USD"}`), &open); problem.CodeOf(err) != problem.InvalidJSON {
+		t.Fatalf("DecodeOpen of a duplicate = %v, want invalid_json", err)
+	}
+}
+
+// memberNames returns the byte ranges of the object member names in body,
+// valid JSON, that hold no escape: those whose case a test can flip in
+// place.
+func memberNames(body []byte) [][2]int {
+	var names [][2]int
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	for {
+		if dec.PeekKind() == '"' && dec.StackDepth() > 0 {
+			if kind, n := dec.StackIndex(dec.StackDepth()); kind == '{' && n%2 == 0 { // a name is due
+				raw, err := dec.ReadValue()
+				if err != nil {
+					return names
+				}
+				end := int(dec.InputOffset())
+				if !bytes.ContainsRune(raw, '\\') {
+					names = append(names, [2]int{end - len(raw), end})
+				}
+				continue
+			}
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return names
+		}
+	}
+}
+
+// flipCase swaps the case of every ASCII letter of b.
+func flipCase(b []byte) []byte {
+	out := bytes.Clone(b)
+	for i, c := range out {
+		switch {
+		case 'a' <= c && c <= 'z':
+			out[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			out[i] = c - 'A' + 'a'
+		}
+	}
+	return out
+}
+
+// FuzzDecodeCaseVariants: whatever the body, Decode accepts it or answers
+// invalid_json or validation_failed, never anything else; and when it
+// accepts a body, the same body with any one member name spelt in another
+// case is refused as validation_failed naming that unknown member. With
+// encoding/json's case-insensitive matching, the variant was read into the
+// field.
+func FuzzDecodeCaseVariants(f *testing.F) {
+	for _, s := range []string{
+		`{"currency":"EUR","items":[{"sku":"a","quantity":2}]}`,
+		`{"currency":"EUR","items":[{"sku":"a","quantity":1},{"sku":"b","quantity":7}],"meta":{"tags":["x"]}}`,
+		`{"currency":"EUR","CURRENCY":"USD"}`, `{"items":[{"quantity":1,"QUANTITY":7}]}`,
+		`{"currency":"EUR","currency":"USD"}`, `{"Items":[]}`, `{"meta":{"TAGS":null}}`, `{}`, `[]`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var v order
+		err := wire.Decode(body, &v)
+		if err != nil {
+			if c := problem.CodeOf(err); c != problem.InvalidJSON && c != problem.ValidationFailed {
+				t.Fatalf("Decode(%q): error %v has code %s", body, err, c)
+			}
+			return
+		}
+		for _, r := range memberNames(bytes.TrimSpace(body)) {
+			trimmed := bytes.TrimSpace(body)
+			name := trimmed[r[0]:r[1]]
+			flipped := flipCase(name)
+			if bytes.Equal(flipped, name) {
+				continue // no letters to flip
+			}
+			variant := append(append(append([]byte{}, trimmed[:r[0]]...), flipped...), trimmed[r[1]:]...)
+			var w order
+			err := wire.Decode(variant, &w)
+			var p *problem.Error
+			if !errors.As(err, &p) || p.Code != problem.ValidationFailed || len(p.Fields) != 1 || p.Fields[0].Message != "unknown field" {
+				t.Fatalf("Decode accepted %q, and its variant %q gave %v; want validation_failed, unknown field", body, variant, err)
+			}
+		}
+	})
 }
