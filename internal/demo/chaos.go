@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
 )
 
 // HeaderChaos asks, in demo mode, for something to go wrong with this one
@@ -53,7 +54,7 @@ func (h *Handler) loseResponse(c echo.Context, next echo.HandlerFunc) error {
 	res.Writer = conn
 
 	h.logger.InfoContext(c.Request().Context(), "demo chaos: response lost on purpose after the request finished",
-		"method", c.Request().Method, "path", c.Request().URL.Path, "status", sink.status, "bytes", sink.n,
+		"method", wire.Loggable(c.Request().Method), "path", wire.Loggable(c.Request().URL.Path), "status", sink.status, "bytes", sink.n,
 		"request_id", conn.Header().Get(echo.HeaderXRequestID))
 	raw, _, hijackErr := http.NewResponseController(conn).Hijack()
 	if hijackErr != nil {

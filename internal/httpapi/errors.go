@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/wire"
 )
 
 // ErrorHandler is echo's HTTPErrorHandler: the one place where an error
@@ -26,7 +27,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			logger.ErrorContext(c.Request().Context(), "request failed",
 				"error", err.Error(),
 				"request_id", c.Response().Header().Get(echo.HeaderXRequestID),
-				"method", c.Request().Method, "path", c.Request().URL.Path)
+				"method", wire.Loggable(c.Request().Method), "path", wire.Loggable(c.Request().URL.Path))
 			if pe.Code == problem.Internal {
 				pe = &problem.Error{Code: problem.Internal, Detail: "Something went wrong on our side. It was logged; retrying with the same Idempotency-Key is safe."}
 			}

@@ -34,7 +34,9 @@ func clientRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// requestLogger writes one JSON log line per request. The request id (one
+// requestLogger writes one JSON log line per request. Every value in it
+// that the client chose is bounded (wire.Loggable), and the idempotency key
+// is logged as the key only when it is valid. The request id (one
 // transport attempt, for tracing) and the idempotency key (one business
 // intent, for correctness) are separate fields: rule 1 says never to confuse
 // them, and a replay shows up as a new request id with an old key.
@@ -49,14 +51,20 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 			req, res := c.Request(), c.Response()
 			observe(metricMethod(req.Method), metricRoute(c), res.Status, time.Since(start))
 			attrs := []slog.Attr{
-				slog.String("method", req.Method),
-				slog.String("path", req.URL.Path),
+				slog.String("method", wire.Loggable(req.Method)),
+				slog.String("path", wire.Loggable(req.URL.Path)),
 				slog.Int("status", res.Status),
 				slog.Duration("duration", time.Since(start)),
 				slog.String("request_id", res.Header().Get(echo.HeaderXRequestID)),
 			}
-			if key := req.Header.Get(idempotency.HeaderKey); key != "" {
-				attrs = append(attrs, slog.String("idempotency_key", key))
+			if raw := req.Header.Get(idempotency.HeaderKey); raw != "" {
+				// Only a key that parsed is logged as the key; anything
+				// else is logged bounded, under a name of its own.
+				if key, err := idempotency.ParseKey(req.Header); err == nil {
+					attrs = append(attrs, slog.String("idempotency_key", string(key)))
+				} else {
+					attrs = append(attrs, slog.String("idempotency_key_invalid", wire.Loggable(raw)))
+				}
 			}
 			if res.Header().Get(idempotency.HeaderReplayed) == "true" {
 				attrs = append(attrs, slog.Bool("replayed", true))

@@ -95,7 +95,7 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 	id, ev, err := r.check(req.Header, body)
 	if err != nil {
 		if problem.CodeOf(err) == problem.Unauthorized {
-			r.logger.WarnContext(req.Context(), "webhook refused", "error", err.Error(), "webhook_id", truncate(req.Header.Get(HeaderID), 100))
+			r.logger.WarnContext(req.Context(), "webhook refused", "error", err.Error(), "webhook_id", wire.Loggable(req.Header.Get(HeaderID)))
 		}
 		return "", err
 	}
@@ -142,7 +142,7 @@ func (r *Receiver) check(h http.Header, body []byte) (string, event, error) {
 	return id, ev, nil
 }
 
-// truncate cuts s to at most n bytes of valid UTF-8, for logs and
+// truncate cuts s to at most n bytes of valid UTF-8, for a receipt's
 // last_error.
 func truncate(s string, n int) string {
 	if len(s) > n {

@@ -256,6 +256,22 @@ func VisibleASCII(s string, max int) bool {
 	return true
 }
 
+// MaxLoggedBytes bounds a value a client chose (a header, the method, the
+// path) in a log line.
+const MaxLoggedBytes = 256
+
+// Loggable returns s, a value taken from a request, as a log line may carry
+// it: s itself when it is at most MaxLoggedBytes long, otherwise its first
+// MaxLoggedBytes (cut to valid UTF-8) and a marker that says how long it
+// was. A client must not decide how large our log lines are: a header may
+// be tens of kilobytes.
+func Loggable(s string) string {
+	if len(s) <= MaxLoggedBytes {
+		return s
+	}
+	return fmt.Sprintf("%s…(truncated, %d bytes)", strings.ToValidUTF8(s[:MaxLoggedBytes], ""), len(s))
+}
+
 // Page sizes of every list endpoint.
 const (
 	DefaultPageSize = 20

@@ -205,3 +205,21 @@ func FuzzDecodeCaseVariants(f *testing.F) {
 		}
 	})
 }
+
+// A value for a log line is kept up to MaxLoggedBytes and cut after, to
+// valid UTF-8, with a marker that says how long it was.
+func TestLoggable(t *testing.T) {
+	t.Parallel()
+	exact := strings.Repeat("a", wire.MaxLoggedBytes)
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"order-7f3a", "order-7f3a"},
+		{exact, exact},
+		{exact + "b", exact + "…(truncated, 257 bytes)"},
+		{strings.Repeat("a", wire.MaxLoggedBytes-1) + "é", strings.Repeat("a", wire.MaxLoggedBytes-1) + "…(truncated, 257 bytes)"},
+	} {
+		if got := wire.Loggable(tc.in); got != tc.want {
+			t.Errorf("Loggable(%.40q...) = %.300q, want %.300q", tc.in, got, tc.want)
+		}
+	}
+}
