@@ -260,3 +260,33 @@ func TestRequestMemberNamesMatchExactly(t *testing.T) {
 		t.Fatalf("refused deliveries left %d receipts, want 0", n)
 	}
 }
+
+// Two Authorization headers are refused with 401 on the tenant routes and
+// on the operator's, instead of the first one winning silently.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	const token = "admin-token-for-this-test"
+	b := setup(t, func(c *app.Config) { c.AdminToken = token })
+	for _, tc := range []struct{ path, first, second string }{
+		{"/v1/orders", "Bearer " + acme, "Bearer " + globex},
+		{"/v1/orders", "Bearer " + acme, "Bearer " + acme},
+		{"/admin/outbox/stuck", "Bearer " + token, "Bearer " + token},
+	} {
+		req, err := http.NewRequest("GET", b.baseURL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Add("Authorization", tc.first)
+		req.Header.Add("Authorization", tc.second)
+		res, err := b.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantProblem(t, response{status: res.StatusCode, header: res.Header, body: raw}, http.StatusUnauthorized, "unauthorized")
+	}
+}

@@ -108,11 +108,15 @@ func New(d Deps) *echo.Echo {
 }
 
 // adminAuth admits requests bearing the operator token (compared in
-// constant time).
+// constant time) in their one Authorization header.
 func adminAuth(token string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			values := c.Request().Header.Values("Authorization")
+			if len(values) != 1 {
+				return problem.New(problem.Unauthorized, "Send the operator token in exactly one Authorization header.")
+			}
+			got, ok := strings.CutPrefix(values[0], "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				return problem.New(problem.Unauthorized, "The operator token is not valid.")
 			}

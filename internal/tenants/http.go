@@ -12,10 +12,17 @@ import (
 const contextKey = "tenant"
 
 // Middleware authenticates `Authorization: Bearer <api key>` and puts the
-// tenant into the echo context. A missing or unknown key is 401.
+// tenant into the echo context. A missing or unknown key is 401, and so are
+// two Authorization headers.
 func Middleware(s *Service) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			if len(c.Request().Header.Values("Authorization")) > 1 {
+				// Which one would name the tenant? Neither: a proxy that
+				// adds its own, or a client that merges two configs, must
+				// not have the first one win silently.
+				return problem.New(problem.Unauthorized, "Send exactly one Authorization header.")
+			}
 			scheme, key, ok := strings.Cut(c.Request().Header.Get("Authorization"), " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 				return problem.New(problem.Unauthorized, "Send your API key in the Authorization header as: Bearer <key>.")

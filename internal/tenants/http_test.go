@@ -99,6 +99,30 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
+// Two Authorization headers are refused, even when both name a good key
+// (of one tenant or of two): the first one does not win silently.
+func TestMiddlewareRefusesTwoAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	svc, _ := b.service(t, time.Minute)
+	url, reached := whoami(t, svc)
+	for _, second := range []string{b.a.APIKey, b.b.APIKey} {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Add("Authorization", "Bearer "+b.a.APIKey)
+		req.Header.Add("Authorization", "Bearer "+second)
+		p := testkit.WantProblem(t, testkit.Do(t, http.DefaultClient, req), http.StatusUnauthorized, problem.Unauthorized)
+		if p.Detail != "Send exactly one Authorization header." {
+			t.Fatalf("detail %q", p.Detail)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times for refused requests", n)
+	}
+}
+
 // When the keys cannot be read, the answer is a 500 the client may retry,
 // not a 401 that tells it its key is bad.
 func TestMiddlewareWithoutTheDatabaseIsNotUnauthorized(t *testing.T) {
