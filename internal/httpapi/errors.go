@@ -37,7 +37,7 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 		h := c.Response().Header()
 		h.Set(echo.HeaderContentType, problem.ContentType)
-		if status == http.StatusUnauthorized {
+		if status == http.StatusUnauthorized && !pe.NoChallenge {
 			h.Set("WWW-Authenticate", `Bearer realm="oncepay"`) // RFC 9110: a 401 names its scheme
 		}
 		if pe.RetryAfter > 0 {

@@ -309,13 +309,15 @@ func TestRetryAfterIsSentInSeconds(t *testing.T) {
 	}
 }
 
-// A 401 names its scheme (RFC 9110); other answers do not.
+// A 401 names its scheme (RFC 9110), unless its error says the caller
+// authenticates by signature (NoChallenge); other answers do not.
 func TestUnauthorizedNamesItsScheme(t *testing.T) {
 	t.Parallel()
 	s := serve(t, func(e *echo.Echo) {
 		e.GET("/problem", fail(problem.New(problem.Unauthorized, "The API key is not valid.")))
 		e.GET("/echo", fail(echo.ErrUnauthorized))
 		e.GET("/not-found", fail(problem.New(problem.NotFound, "No such order.")))
+		e.GET("/signed", fail(&problem.Error{Code: problem.Unauthorized, Detail: "The signature could not be verified.", NoChallenge: true}))
 	})
 	for _, path := range []string{"/problem", "/echo"} {
 		r := s.do(t, http.MethodGet, path, nil)
@@ -326,6 +328,11 @@ func TestUnauthorizedNamesItsScheme(t *testing.T) {
 	}
 	if got := s.do(t, http.MethodGet, "/not-found", nil).Header.Get("WWW-Authenticate"); got != "" {
 		t.Fatalf("a 404 has WWW-Authenticate %q", got)
+	}
+	r := s.do(t, http.MethodGet, "/signed", nil)
+	testkit.WantProblem(t, r, 401, problem.Unauthorized)
+	if got := r.Header.Get("WWW-Authenticate"); got != "" {
+		t.Fatalf("a 401 without a challenge has WWW-Authenticate %q", got)
 	}
 }
 

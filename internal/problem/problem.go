@@ -124,6 +124,11 @@ type Error struct {
 	// RetryAfter, when positive, is sent as the Retry-After header: the client
 	// may retry the same request (same idempotency key) after this long.
 	RetryAfter time.Duration
+	// NoChallenge, on an unauthorized error, leaves out the Bearer
+	// challenge (WWW-Authenticate) every other 401 carries: for a route
+	// whose caller authenticates by signing the request (the provider's
+	// webhooks), a challenge would ask for a token nobody has.
+	NoChallenge bool
 	// Err is the underlying cause. It is logged, never sent.
 	Err error
 }

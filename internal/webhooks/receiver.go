@@ -129,7 +129,9 @@ func (r *Receiver) handle(c echo.Context) (string, error) {
 // id and the event, or a *problem.Error (always 4xx).
 func (r *Receiver) check(h http.Header, body []byte) (string, event, error) {
 	if err := r.verifier.Verify(h, body); err != nil {
-		return "", event{}, &problem.Error{Code: problem.Unauthorized, Detail: "The webhook signature could not be verified.", Err: err}
+		// The provider signs; it has no token to send, so the 401 names
+		// no Bearer challenge.
+		return "", event{}, &problem.Error{Code: problem.Unauthorized, Detail: "The webhook signature could not be verified.", NoChallenge: true, Err: err}
 	}
 	id := h.Get(HeaderID)
 	if len(id) > maxDeliveryIDLen {

@@ -48,7 +48,13 @@ func TestUnverifiedDeliveriesAreRefused(t *testing.T) {
 		{"future timestamp", signedHeaders("msg_1", now+int64((5*time.Minute+time.Second)/time.Second), body, b.current)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			testkit.WantProblem(t, b.post(t, tc.header, body), http.StatusUnauthorized, problem.Unauthorized)
+			r := b.post(t, tc.header, body)
+			testkit.WantProblem(t, r, http.StatusUnauthorized, problem.Unauthorized)
+			// The provider signs; a Bearer challenge would ask it for a
+			// token it does not have.
+			if got, ok := r.Header["Www-Authenticate"]; ok {
+				t.Fatalf("WWW-Authenticate = %q, want none", got)
+			}
 			if n := b.count(t, `SELECT count(*) FROM webhook_receipts`); n != 0 {
 				t.Fatalf("receipts = %d, want 0", n)
 			}
