@@ -290,3 +290,22 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 		wantProblem(t, response{status: res.StatusCode, header: res.Header, body: raw}, http.StatusUnauthorized, "unauthorized")
 	}
 }
+
+// Outside demo mode every /demo endpoint answers 404, as a route that does
+// not exist would, with a key, with a wrong one and without one: a 401
+// would say that the endpoint is there.
+func TestDemoEndpointsAre404OutsideDemoModeWithOrWithoutAKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.DemoMode = false })
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/demo", ""},
+		{"GET", "/demo/faults", ""},
+		{"PUT", "/demo/faults", `{"drop_next":1}`},
+		{"GET", "/demo/orders/01a22931-c9da-71c4-a494-fc128972f4cb/payments", ""},
+		{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
+	} {
+		for _, apiKey := range []string{"", "sk_test_unknown"} {
+			wantProblem(t, b.do(t, r.method, r.path, apiKey, "", r.body), http.StatusNotFound, "not_found")
+		}
+	}
+}

@@ -91,6 +91,20 @@ func errDisabled() error {
 	return problem.New(problem.NotFound, "No such resource. The demo endpoints exist only in demo mode (DEMO_MODE=true).")
 }
 
+// Gate answers every request with the 404 of errDisabled outside demo mode,
+// before anything else of the route runs: mounted in front of the API-key
+// check, it makes a demo endpoint without a key answer 404 like a route
+// that does not exist, not 401 (which would say that it does). In demo
+// mode it passes every request on.
+func (h *Handler) Gate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !h.enabled {
+			return errDisabled()
+		}
+		return next(c)
+	}
+}
+
 type tenantJSON struct {
 	Slug   string `json:"slug"`
 	Name   string `json:"name"`

@@ -97,12 +97,13 @@ func New(d Deps) *echo.Echo {
 	e.GET("/", ui)
 	e.GET("/assets/*", ui)
 
-	// Demo mode only (internal/demo); 404 otherwise. GET /demo needs no key.
+	// Demo mode only (internal/demo); 404 otherwise, with or without a key:
+	// the gate runs before the key check. GET /demo needs no key.
 	e.GET("/demo", d.Demo.Status)
-	e.GET("/demo/orders/:id/payments", d.Demo.OrderPayments, auth)
-	e.GET("/demo/faults", d.Demo.Faults, auth)
-	e.PUT("/demo/faults", d.Demo.SetFaults, auth)
-	e.POST("/demo/events/:id/replay", d.Demo.ReplayEvent, auth)
+	e.GET("/demo/orders/:id/payments", d.Demo.OrderPayments, d.Demo.Gate, auth)
+	e.GET("/demo/faults", d.Demo.Faults, d.Demo.Gate, auth)
+	e.PUT("/demo/faults", d.Demo.SetFaults, d.Demo.Gate, auth)
+	e.POST("/demo/events/:id/replay", d.Demo.ReplayEvent, d.Demo.Gate, auth)
 
 	return e
 }
