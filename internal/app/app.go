@@ -370,6 +370,9 @@ func (a *App) httpServer(h http.Handler) *http.Server {
 		WriteTimeout:      a.cfg.WriteTimeout + 5*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+		// "OPTIONS *" reaches the handler (and its problem+json 404)
+		// instead of net/http's own empty 200.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
 	}
 }
