@@ -1,7 +1,8 @@
 # Multi-stage build: static binaries, a minimal non-root runtime image.
 # The same image runs the API (`api serve`, the default) and the payment
 # provider simulator (`pspsim`), see docker-compose.yml.
-FROM golang:1.26-bookworm AS build
+# The patched Go of go.mod's toolchain line (docs/SECURITY.md).
+FROM golang:1.26.10-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -3,22 +3,28 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 GO ?= go
-SQLC := $(GO) tool -modfile=tools/go.mod sqlc
-STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
+# The Go toolchain is the one go.mod's toolchain line pins (a patched
+# release): the go command downloads it from the module proxy once. Set
+# here because a machine whose GOTOOLCHAIN is "local" ignores that line.
+export GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+TOOL := $(GO) tool -modfile=tools/go.mod
+SQLC := $(TOOL) sqlc
+STATICCHECK := $(TOOL) staticcheck
 # The test cluster trades durability for speed: its data is thrown away.
 # synchronous_commit stays on: a test checks that the outbox dispatcher's own
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run test deps build generate check-generated check-compose lint unit fuzz bench bench-outbox chaos pg-stop clean
+.PHONY: run test deps build generate check-generated check-compose lint vuln unit fuzz bench bench-outbox chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
 run: build
 	@exec scripts/run.sh
 
-## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck, all tests with -race
-test: deps check-generated check-compose lint unit
+## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck,
+##       known vulnerabilities, all tests with -race
+test: deps check-generated check-compose lint vuln unit
 
 ## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
 deps:
@@ -45,12 +51,37 @@ lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
+	@$(GO) -C tools mod tidy -diff || { echo "tools/go.mod is not tidy: run go mod tidy in tools/"; exit 1; }
 	$(GO) vet ./...
+	$(GO) -C tools vet ./...
 	$(STATICCHECK) ./...
+	$(GO) -C tools tool staticcheck ./...
+
+# The Go vulnerability database as of the golang.org/x/vulndb version pinned
+# in tools/go.mod (update that version on purpose, like any dependency),
+# indexed once per version under .data/.
+VULNDB_VERSION := $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/go.mod)
+VULNDB := .data/vulndb/$(VULNDB_VERSION)
+
+## vuln: govulncheck, offline, against that database: fails on a vulnerability our code calls that has a
+##       fix, and on one without a fix that docs/SECURITY.md does not list with its reason (tools/vulnpolicy)
+vuln:
+	@if [ ! -f "$(VULNDB)/index/db.json" ]; then \
+	   echo "vuln: indexing the Go vulnerability database $(VULNDB_VERSION)"; \
+	   $(GO) -C tools mod download golang.org/x/vulndb; \
+	   osv="$$($(GO) -C tools list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv"; \
+	   rm -rf "$(VULNDB).tmp"; mkdir -p "$$(dirname "$(VULNDB)")"; \
+	   $(TOOL) indexdb -vulns "$$osv" -out "$(VULNDB).tmp" >/dev/null; \
+	   mv "$(VULNDB).tmp" "$(VULNDB)"; \
+	 fi
+	@$(TOOL) govulncheck -db "file://$(CURDIR)/$(VULNDB)" -format json ./... >.data/vulndb/report.json
+	@$(GO) -C tools build -o "$(CURDIR)/.data/bin/vulnpolicy" ./vulnpolicy
+	@.data/bin/vulnpolicy docs/SECURITY.md <.data/vulndb/report.json
 
 unit:
 	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
 	 $(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) -C tools test -count=1 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

@@ -2,6 +2,8 @@ module github.com/oncepay/oncepay
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/chromedp/chromedp v0.23.0
