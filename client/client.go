@@ -339,7 +339,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if retryAfter > maxRetryAfter {
 			return meta, fmt.Errorf("oncepay: %s %s: the server asks to retry in %v, longer than the client waits: %w", method, path, retryAfter, err)
 		}
-		wait := backoff(attempt, c.backoffBase, c.backoffCap, retryAfter, rand.Float64())
+		wait := backoff(attempt, c.backoffBase, c.backoffCap, retryAfter, rand.Float64()) // #nosec G404 -- retry jitter; nothing depends on it being unpredictable
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
 			// Sleeping into the deadline cannot help; the caller gets the
 			// answer now and keeps the key (Meta) to resume later.

@@ -290,7 +290,7 @@ func (a *App) Pool() *pgxpool.Pool { return a.pool }
 // Close releases what New acquired. Call it after Serve returned.
 func (a *App) Close() {
 	if a.ln != nil {
-		a.ln.Close()
+		_ = a.ln.Close() // Serve's shutdown closed it already, or it never served
 	}
 	if a.dispatcher != nil {
 		a.dispatcher.Close()

@@ -141,7 +141,7 @@ func DefaultRetention() retention.Policy {
 // in this repository), so anyone could sign a webhook with it: `api serve`
 // accepts it in demo mode only and otherwise refuses to start until
 // PSP_WEBHOOK_SECRETS names secrets of your own.
-const DemoWebhookSecret = "whsec_b25jZXBheS1kZW1vLXdlYmhvb2stc2VjcmV0"
+const DemoWebhookSecret = "whsec_b25jZXBheS1kZW1vLXdlYmhvb2stc2VjcmV0" // #nosec G101 -- public by design; api serve refuses it outside demo mode (CheckServe)
 
 // ConfigFromEnv reads the configuration. It reports every bad variable at
 // once, so a misconfigured deployment is fixed in one round.
@@ -153,7 +153,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		DemoMode:         r.boolean("DEMO_MODE", false),
 		AutoMigrate:      r.boolean("AUTO_MIGRATE", true),
 		LogLevel:         r.level("LOG_LEVEL", slog.LevelInfo),
-		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)),
+		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)), // #nosec G115 -- r.integer bounds it to 1..1000
 		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
 		ReadTimeout:      r.duration("READ_TIMEOUT", 15*time.Second),
 		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),

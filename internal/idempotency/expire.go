@@ -17,7 +17,7 @@ import (
 // transaction holds is skipped for the next batch, so sweepers never wait
 // on requests or on each other.
 func (s *Store) DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).IdempotencyDeleteExpired(ctx, dbsqlc.IdempotencyDeleteExpiredParams{Cutoff: cutoff, MaxRows: int32(limit)})
+	return dbsqlc.New(tx).IdempotencyDeleteExpired(ctx, dbsqlc.IdempotencyDeleteExpiredParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
 }
 
 // CountStuck counts pending records whose lease ran out before cutoff:

@@ -470,7 +470,7 @@ func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, li
 	rows, err := dbsqlc.New(tx).IdempotencyClaimExpired(ctx, dbsqlc.IdempotencyClaimExpiredParams{
 		Operations:  names,
 		Now:         now,
-		MaxRows:     int32(min(limit, math.MaxInt32)),
+		MaxRows:     int32(min(limit, math.MaxInt32)), // #nosec G115 -- min() bounds it to MaxInt32
 		LockedUntil: &leaseUntil,
 	})
 	if err != nil {
@@ -527,7 +527,7 @@ func (c *Claim) Finish(ctx context.Context, tx pgx.Tx, resp Response, res *Resou
 	}
 	p := dbsqlc.IdempotencyFinishParams{
 		State:           string(state),
-		StatusCode:      ptr(int32(resp.Status)),
+		StatusCode:      ptr(int32(resp.Status)), // #nosec G115 -- an HTTP status code has three digits
 		ResponseHeaders: headers,
 		ResponseBody:    resp.Body,
 		Now:             now,

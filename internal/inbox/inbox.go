@@ -81,5 +81,5 @@ func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, messageIDs []string) (
 // broker may redeliver and an operator may replay the message. A row
 // another transaction holds is skipped for the next batch.
 func DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{Cutoff: cutoff, MaxRows: int32(limit)})
+	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
 }

@@ -133,7 +133,7 @@ func (rc *Recoverer) resume(ctx context.Context, c *idempotency.Claim) error {
 // spread out) until ctx is cancelled.
 func (rc *Recoverer) Run(ctx context.Context, interval time.Duration) error {
 	for {
-		wait := interval/2 + rand.N(interval)
+		wait := interval/2 + rand.N(interval) // #nosec G404 -- jitter that spreads recoverers out; nothing depends on it being unpredictable
 		select {
 		case <-ctx.Done():
 			return nil

@@ -150,7 +150,7 @@ func price(ctx context.Context, q *dbsqlc.Queries, tenantID uuid.UUID, in Create
 		p.Lines = append(p.Lines, int32(i+1))
 		p.Skus = append(p.Skus, prod.Sku)
 		p.Names = append(p.Names, prod.Name)
-		p.Quantities = append(p.Quantities, int32(it.Quantity))
+		p.Quantities = append(p.Quantities, int32(it.Quantity)) // #nosec G115 -- validateCreate bounds the quantity to MaxQuantity
 		p.UnitAmounts = append(p.UnitAmounts, prod.UnitAmount)
 		p.Amounts = append(p.Amounts, amount)
 	}
@@ -243,7 +243,7 @@ type Cursor struct {
 // first, and the cursor of the next page (nil at the end).
 func (s *Service) List(ctx context.Context, tenantID uuid.UUID, limit int, after *Cursor) ([]Order, *Cursor, error) {
 	q := dbsqlc.New(s.pool)
-	p := dbsqlc.OrderListNewestParams{TenantID: tenantID, MaxRows: int32(limit + 1)}
+	p := dbsqlc.OrderListNewestParams{TenantID: tenantID, MaxRows: int32(limit + 1)} // #nosec G115 -- limit is at most wire.MaxPageSize
 	if after != nil {
 		p.HasCursor, p.CursorCreatedAt, p.CursorID = true, after.CreatedAt, after.ID
 	}

@@ -201,7 +201,7 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherCon
 	cfg = cfg.withDefaults()
 	pc := pool.Config() // a deep copy
 	pc.MinConns = 0
-	pc.MaxConns = int32(cfg.Concurrency) + 1
+	pc.MaxConns = int32(cfg.Concurrency) + 1 // #nosec G115 -- the concurrency is set in code (default 2), never near MaxInt32
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pc.ConnConfig.RuntimeParams["application_name"] = "oncepay-outbox"
 	book, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
@@ -261,7 +261,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
 		Now:        now,
-		MaxRows:    int32(d.cfg.BatchSize),
+		MaxRows:    int32(d.cfg.BatchSize), // #nosec G115 -- the batch size is set in code (default 500), never near MaxInt32
 		LeaseUntil: now.Add(d.cfg.Lease),
 		Token:      token,
 	})
@@ -367,7 +367,7 @@ func (d *Dispatcher) recordFailures(ctx context.Context, token uuid.UUID, rows [
 		attempts := int(rows[i].Attempts) + 1
 		p.Ids = append(p.Ids, rows[i].ID)
 		p.LastErrors = append(p.LastErrors, truncate(errs[i].Error(), maxErrorLen))
-		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.BackoffBase, d.cfg.BackoffMax, rand.Float64())))
+		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.BackoffBase, d.cfg.BackoffMax, rand.Float64()))) // #nosec G404 -- backoff jitter; nothing depends on it being unpredictable
 		p.Stuck = append(p.Stuck, attempts >= d.cfg.MaxAttempts)
 	}
 	recorded, err := dbsqlc.New(d.book).OutboxRecordFailures(ctx, p)

@@ -80,7 +80,7 @@ func (h *Handler) List(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := dbsqlc.OutboxListNewestParams{TenantID: t.ID, MaxRows: int32(limit + 1)}
+	p := dbsqlc.OutboxListNewestParams{TenantID: t.ID, MaxRows: int32(limit + 1)} // #nosec G115 -- limit is at most wire.MaxPageSize
 	if raw := c.QueryParam("cursor"); raw != "" {
 		seq, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || seq < 1 {

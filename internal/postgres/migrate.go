@@ -114,7 +114,7 @@ func SchemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	if dirty || uint(version) != want {
+	if dirty || uint(version) != want { // #nosec G115 -- schema_migrations versions are the non-negative numbers of our own migration files
 		return fmt.Errorf("schema at version %d (dirty=%t), binary expects %d", version, dirty, want)
 	}
 	return nil

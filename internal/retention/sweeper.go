@@ -220,7 +220,7 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(interval/2 + rand.N(interval)):
+		case <-time.After(interval/2 + rand.N(interval)): // #nosec G404 -- jitter that spreads sweeps out; nothing depends on it being unpredictable
 		}
 		rep, err := s.SweepOnce(ctx)
 		if err != nil {

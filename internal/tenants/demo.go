@@ -19,8 +19,8 @@ type DemoTenant struct {
 // DemoTenants returns the tenants of the HTTP contract's demo mode.
 func DemoTenants() []DemoTenant {
 	return []DemoTenant{
-		{Slug: "acme", Name: "Acme Corporation", APIKey: "sk_test_acme"},
-		{Slug: "globex", Name: "Globex Corporation", APIKey: "sk_test_globex"},
+		{Slug: "acme", Name: "Acme Corporation", APIKey: "sk_test_acme"},       // #nosec G101 -- the demo keys are public by design and seeded in demo mode only
+		{Slug: "globex", Name: "Globex Corporation", APIKey: "sk_test_globex"}, // #nosec G101 -- the demo keys are public by design and seeded in demo mode only
 	}
 }
 

@@ -107,7 +107,7 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		now := w.nowUTC()
 		rows, err := dbsqlc.New(tx).WebhookReceiptClaimBatch(ctx, dbsqlc.WebhookReceiptClaimBatchParams{
 			Now:     now,
-			MaxRows: int32(min(limit, math.MaxInt32)),
+			MaxRows: int32(min(limit, math.MaxInt32)), // #nosec G115 -- min() bounds it to MaxInt32
 		})
 		if err != nil {
 			return fmt.Errorf("claim webhook receipts: %w", err)
