@@ -63,7 +63,7 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	if err != nil {
 		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
-	pay, err := loadPayment(ctx, tx, id)
+	pay, err := storeOf(tx).payment(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
@@ -101,14 +101,14 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	if err != nil {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
-	ref, err := loadRefund(ctx, tx, id)
+	ref, err := storeOf(tx).refund(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
 	if err != nil {
 		return false, err
 	}
-	pay, err := loadPayment(ctx, tx, ref.PaymentID)
+	pay, err := storeOf(tx).payment(ctx, ref.PaymentID)
 	if err != nil {
 		return false, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}

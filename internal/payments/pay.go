@@ -52,17 +52,19 @@ func (s *Service) Pay(ctx context.Context, req idempotency.Request, orderID uuid
 // payment for the order, or a final refusal (order already paid).
 func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Attempt[payAttempt]) (operation.Outcome, error) {
 	req := a.Claim.Request()
-	q := dbsqlc.New(tx)
+	st := storeOf(tx)
 	// A payment under this key while no record exists: the record expired
 	// and a genuine late retry arrived (drill 8). The payment decides.
-	if prev, err := q.PaymentGetByIdempotencyKey(ctx, dbsqlc.PaymentGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
+	prev, found, err := st.paymentByKey(ctx, req.TenantID, string(req.Key))
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	if found {
 		if err := a.LateRetry("payment", prev.ID.String(), prev.RequestHash); err != nil {
 			return operation.Outcome{}, err
 		}
-		a.Data.pay, a.Data.loaded = paymentFromRow(prev), true
+		a.Data.pay, a.Data.loaded = prev, true
 		return a.Next(ctx, tx, PointPaymentCreated, &idempotency.Resource{Type: "payment", ID: prev.ID})
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return operation.Outcome{}, fmt.Errorf("load payment by key: %w", err)
 	}
 
 	order, err := s.orders.LockForPayment(ctx, tx, req.TenantID, a.Data.orderID)
@@ -75,19 +77,19 @@ func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 	// The order row is locked: concurrent payments of this order (under other
 	// keys) queue here, so this check is not check-then-act. The partial
 	// unique index payments_one_live_per_order backs it up.
-	_, liveErr := q.PaymentGetLiveForOrder(ctx, order.ID)
-	if order.Status != orders.StatusAwaitingPayment || liveErr == nil {
+	live, err := st.hasLivePayment(ctx, order.ID)
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	if order.Status != orders.StatusAwaitingPayment || live {
 		return a.Refuse(ctx, tx, problem.New(problem.OrderAlreadyPaid,
 			"Order %s is already paid or has a payment in progress.", order.ID), nil)
-	}
-	if !errors.Is(liveErr, pgx.ErrNoRows) {
-		return operation.Outcome{}, fmt.Errorf("load live payment: %w", liveErr)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return operation.Outcome{}, err
 	}
-	row, err := q.PaymentInsert(ctx, dbsqlc.PaymentInsertParams{
+	pay, err := st.insertPayment(ctx, dbsqlc.PaymentInsertParams{
 		ID:             id,
 		TenantID:       req.TenantID,
 		OrderID:        order.ID,
@@ -100,10 +102,10 @@ func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 		CreatedAt:      s.nowUTC(),
 	})
 	if err != nil {
-		return operation.Outcome{}, fmt.Errorf("insert payment: %w", err)
+		return operation.Outcome{}, err
 	}
-	a.Data.pay, a.Data.loaded, a.Data.recorded = paymentFromRow(row), true, true
-	return a.Next(ctx, tx, PointPaymentCreated, &idempotency.Resource{Type: "payment", ID: row.ID})
+	a.Data.pay, a.Data.loaded, a.Data.recorded = pay, true, true
+	return a.Next(ctx, tx, PointPaymentCreated, &idempotency.Resource{Type: "payment", ID: pay.ID})
 }
 
 // chargeAtProvider is the call between the phases: it asks the provider for
@@ -160,7 +162,7 @@ func (s *Service) loadPayAttempt(ctx context.Context, a *operation.Attempt[payAt
 	if a.Claim.Resource == nil {
 		return fmt.Errorf("payments.create %q at %s has no payment recorded", a.Claim.Request().Key, a.Claim.RecoveryPoint)
 	}
-	pay, err := loadPayment(ctx, s.pool, a.Claim.Resource.ID)
+	pay, err := storeOf(s.pool).payment(ctx, a.Claim.Resource.ID)
 	if err != nil {
 		return err
 	}
@@ -182,7 +184,7 @@ func (s *Service) recordCharge(ctx context.Context, tx pgx.Tx, a *operation.Atte
 	if c := a.Data.charge; c != nil {
 		final, err = s.applyCharge(ctx, tx, a.Data.pay, *c)
 	} else {
-		final, err = loadPayment(ctx, tx, a.Data.pay.ID) // finished meanwhile, e.g. by its webhook
+		final, err = storeOf(tx).payment(ctx, a.Data.pay.ID) // finished meanwhile, e.g. by its webhook
 	}
 	if err != nil {
 		return operation.Outcome{}, err
@@ -195,13 +197,8 @@ func (s *Service) recordCharge(ctx context.Context, tx pgx.Tx, a *operation.Atte
 // whoever moves the payment emits its event, so there is exactly one. A
 // payment that is no longer pending is returned as it is.
 func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay Payment, c Charge) (Payment, error) {
-	q := dbsqlc.New(tx)
+	st := storeOf(tx)
 	now := s.nowUTC()
-	var (
-		row   dbsqlc.Payment
-		err   error
-		event string
-	)
 	var chargeID *string
 	if c.ID != "" { // a refused request created no charge
 		chargeID = &c.ID
@@ -209,24 +206,29 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay Payment, c Cha
 			return Payment{}, err
 		}
 	}
+	var (
+		moved      Payment
+		wasPending bool
+		err        error
+		event      string
+	)
 	if c.Status == chargeSucceeded {
-		row, err = q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: chargeID, Now: now, ID: pay.ID})
+		moved, wasPending, err = st.succeedPayment(ctx, pay.ID, chargeID, now)
 		event = EventPaymentSucceeded
 	} else {
 		code := "card_declined"
 		if c.FailureCode != nil {
 			code = *c.FailureCode
 		}
-		row, err = q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: chargeID, FailureCode: &code, Now: now, ID: pay.ID})
+		moved, wasPending, err = st.failPayment(ctx, pay.ID, chargeID, code, now)
 		event = EventPaymentFailed
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return loadPayment(ctx, tx, pay.ID) // finished by somebody else first
-	}
 	if err != nil {
-		return Payment{}, fmt.Errorf("record charge: %w", err)
+		return Payment{}, err
 	}
-	moved := paymentFromRow(row)
+	if !wasPending {
+		return st.payment(ctx, pay.ID) // finished by somebody else first
+	}
 	if moved.Status == StatusSucceeded {
 		if _, err := s.orders.Advance(ctx, tx, moved.OrderID, orders.StatusPaid); err != nil {
 			return Payment{}, err

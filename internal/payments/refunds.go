@@ -57,40 +57,44 @@ func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID
 // (the payment is not refundable, or the amount exceeds what remains).
 func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt]) (operation.Outcome, error) {
 	req := a.Claim.Request()
-	q := dbsqlc.New(tx)
+	st := storeOf(tx)
 	// A refund under this key while no record exists: a late retry (drill 8).
-	if prev, err := q.RefundGetByIdempotencyKey(ctx, dbsqlc.RefundGetByIdempotencyKeyParams{TenantID: req.TenantID, IdempotencyKey: string(req.Key)}); err == nil {
+	prev, found, err := st.refundByKey(ctx, req.TenantID, string(req.Key))
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	if found {
 		if err := a.LateRetry("refund", prev.ID.String(), prev.RequestHash); err != nil {
 			return operation.Outcome{}, err
 		}
-		a.Data.ref, a.Data.loaded = refundFromRow(prev), true
+		a.Data.ref, a.Data.loaded = prev, true
 		return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: prev.ID})
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return operation.Outcome{}, fmt.Errorf("load refund by key: %w", err)
 	}
-	pay, err := q.PaymentGetForUpdate(ctx, dbsqlc.PaymentGetForUpdateParams{TenantID: req.TenantID, ID: a.Data.paymentID})
-	if errors.Is(err, pgx.ErrNoRows) {
+	pay, err := st.lockPayment(ctx, req.TenantID, a.Data.paymentID)
+	if errors.Is(err, ErrNotFound) {
 		return operation.Outcome{}, problem.New(problem.NotFound, "No such payment.")
 	}
 	if err != nil {
-		return operation.Outcome{}, fmt.Errorf("lock payment: %w", err)
+		return operation.Outcome{}, err
 	}
-	if Status(pay.Status) != StatusSucceeded {
+	if pay.Status != StatusSucceeded {
 		return a.Refuse(ctx, tx, problem.New(problem.PaymentNotRefundable,
 			"Payment %s is %s; only succeeded payments can be refunded.", pay.ID, pay.Status), nil)
 	}
-	if _, err := q.PaymentReserveRefund(ctx, dbsqlc.PaymentReserveRefundParams{Amount: a.Data.amount, Now: s.nowUTC(), ID: pay.ID}); errors.Is(err, pgx.ErrNoRows) {
+	reserved, err := st.reserveRefund(ctx, pay.ID, a.Data.amount, s.nowUTC())
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	if !reserved {
 		return a.Refuse(ctx, tx, problem.New(problem.RefundExceedsPayment,
 			"A refund of %d would exceed what remains of payment %s (%d of %d already refunded or in progress).",
 			a.Data.amount, pay.ID, pay.RefundReserved, pay.Amount), nil)
-	} else if err != nil {
-		return operation.Outcome{}, fmt.Errorf("reserve refund: %w", err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return operation.Outcome{}, err
 	}
-	row, err := q.RefundInsert(ctx, dbsqlc.RefundInsertParams{
+	ref, err := st.insertRefund(ctx, dbsqlc.RefundInsertParams{
 		ID:             id,
 		TenantID:       req.TenantID,
 		PaymentID:      pay.ID,
@@ -101,10 +105,10 @@ func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Att
 		CreatedAt:      s.nowUTC(),
 	})
 	if err != nil {
-		return operation.Outcome{}, fmt.Errorf("insert refund: %w", err)
+		return operation.Outcome{}, err
 	}
-	a.Data.ref, a.Data.loaded, a.Data.recorded = refundFromRow(row), true, true
-	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: row.ID})
+	a.Data.ref, a.Data.loaded, a.Data.recorded = ref, true, true
+	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: ref.ID})
 }
 
 // refundAtProvider is the call between the phases: it asks the provider for
@@ -118,7 +122,7 @@ func (s *Service) refundAtProvider(ctx context.Context, a *operation.Attempt[ref
 	if ref.Status != StatusPending {
 		return nil
 	}
-	pay, err := loadPayment(ctx, s.pool, ref.PaymentID)
+	pay, err := storeOf(s.pool).payment(ctx, ref.PaymentID)
 	if err != nil {
 		return err
 	}
@@ -169,7 +173,7 @@ func (s *Service) loadRefundAttempt(ctx context.Context, a *operation.Attempt[re
 	if a.Claim.Resource == nil {
 		return fmt.Errorf("refunds.create %q at %s has no refund recorded", a.Claim.Request().Key, a.Claim.RecoveryPoint)
 	}
-	ref, err := loadRefund(ctx, s.pool, a.Claim.Resource.ID)
+	ref, err := storeOf(s.pool).refund(ctx, a.Claim.Resource.ID)
 	if err != nil {
 		return err
 	}
@@ -184,7 +188,7 @@ func (s *Service) recordRefund(ctx context.Context, tx pgx.Tx, a *operation.Atte
 	if err := s.loadRefundAttempt(ctx, a); err != nil {
 		return operation.Outcome{}, err
 	}
-	final, err := loadRefund(ctx, tx, a.Data.ref.ID)
+	final, err := storeOf(tx).refund(ctx, a.Data.ref.ID)
 	if err != nil {
 		return operation.Outcome{}, err
 	}
@@ -205,8 +209,8 @@ func (s *Service) recordRefund(ctx context.Context, tx pgx.Tx, a *operation.Atte
 // payment's refunded amount grows, the order moves to (partially_)refunded,
 // and refund.succeeded is emitted. Shared with the webhook worker.
 func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr ProviderRefund) (Refund, error) {
-	q := dbsqlc.New(tx)
-	pay, err := loadPayment(ctx, tx, ref.PaymentID)
+	st := storeOf(tx)
+	pay, err := st.payment(ctx, ref.PaymentID)
 	if err != nil {
 		return Refund{}, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}
@@ -214,25 +218,24 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 		return Refund{}, err
 	}
 	now := s.nowUTC()
-	row, err := q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &pr.ID, Now: now, ID: ref.ID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return loadRefund(ctx, tx, ref.ID)
-	}
+	moved, wasPending, err := st.succeedRefund(ctx, ref.ID, pr.ID, now)
 	if err != nil {
-		return Refund{}, fmt.Errorf("record refund: %w", err)
-	}
-	payRow, err := q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: row.Amount, Now: now, ID: row.PaymentID})
-	if err != nil {
-		return Refund{}, fmt.Errorf("add refunded amount: %w", err)
-	}
-	status := orders.StatusPartiallyRefunded
-	if payRow.AmountRefunded == payRow.Amount {
-		status = orders.StatusRefunded
-	}
-	if _, err := s.orders.Advance(ctx, tx, payRow.OrderID, status); err != nil {
 		return Refund{}, err
 	}
-	moved := refundFromRow(row)
+	if !wasPending {
+		return st.refund(ctx, ref.ID)
+	}
+	pay, err = st.addRefunded(ctx, moved.PaymentID, moved.Amount, now)
+	if err != nil {
+		return Refund{}, err
+	}
+	status := orders.StatusPartiallyRefunded
+	if pay.AmountRefunded == pay.Amount {
+		status = orders.StatusRefunded
+	}
+	if _, err := s.orders.Advance(ctx, tx, pay.OrderID, status); err != nil {
+		return Refund{}, err
+	}
 	if _, err := outbox.Append(ctx, tx, outbox.Event{
 		TenantID:       moved.TenantID,
 		Type:           EventRefundSucceeded,
@@ -241,8 +244,8 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 		IdempotencyKey: moved.IdempotencyKey,
 		OccurredAt:     now,
 		Payload: map[string]any{
-			"refund": refundJSONFrom(moved), "payment_id": payRow.ID, "order_id": payRow.OrderID,
-			"amount_refunded": payRow.AmountRefunded, "payment_amount": payRow.Amount,
+			"refund": refundJSONFrom(moved), "payment_id": pay.ID, "order_id": pay.OrderID,
+			"amount_refunded": pay.AmountRefunded, "payment_amount": pay.Amount,
 		},
 	}); err != nil {
 		return Refund{}, err
@@ -252,19 +255,19 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 
 // failRefund records a provider's refusal and gives the reserved amount back.
 func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref Refund, code string) (Refund, error) {
-	q := dbsqlc.New(tx)
+	st := storeOf(tx)
 	now := s.nowUTC()
-	row, err := q.RefundFail(ctx, dbsqlc.RefundFailParams{FailureCode: &code, Now: now, ID: ref.ID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return loadRefund(ctx, tx, ref.ID)
-	}
+	moved, wasPending, err := st.failRefund(ctx, ref.ID, code, now)
 	if err != nil {
-		return Refund{}, fmt.Errorf("record refund failure: %w", err)
+		return Refund{}, err
 	}
-	if err := q.PaymentReleaseRefund(ctx, dbsqlc.PaymentReleaseRefundParams{Amount: row.Amount, Now: now, ID: row.PaymentID}); err != nil {
-		return Refund{}, fmt.Errorf("release refund reservation: %w", err)
+	if !wasPending {
+		return st.refund(ctx, ref.ID)
 	}
-	return refundFromRow(row), nil
+	if err := st.releaseRefund(ctx, moved.PaymentID, moved.Amount, now); err != nil {
+		return Refund{}, err
+	}
+	return moved, nil
 }
 
 // finishRefund stores the answer for a refund after the provider's answer

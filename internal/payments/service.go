@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
-	"github.com/oncepay/oncepay/internal/payments/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -73,49 +71,12 @@ func (s *Service) unknownOutcome(ctx context.Context, req idempotency.Request, c
 
 // Get returns one of the tenant's payments (ErrNotFound for none).
 func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (Payment, error) {
-	row, err := dbsqlc.New(s.pool).PaymentGet(ctx, dbsqlc.PaymentGetParams{TenantID: tenantID, ID: id})
-	if err != nil {
-		return Payment{}, notFound(err, "load payment")
-	}
-	return paymentFromRow(row), nil
+	return storeOf(s.pool).tenantPayment(ctx, tenantID, id)
 }
 
 // GetRefund returns one of the tenant's refunds (ErrNotFound for none).
 func (s *Service) GetRefund(ctx context.Context, tenantID, id uuid.UUID) (Refund, error) {
-	row, err := dbsqlc.New(s.pool).RefundGet(ctx, dbsqlc.RefundGetParams{TenantID: tenantID, ID: id})
-	if err != nil {
-		return Refund{}, notFound(err, "load refund")
-	}
-	return refundFromRow(row), nil
-}
-
-// loadPayment and loadRefund read a payment or refund by id alone, on any
-// query runner: inside this package only, where the id comes from our own
-// records (a claim's resource, a refund's payment, a provider reference we
-// made), never from a client.
-func loadPayment(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Payment, error) {
-	row, err := dbsqlc.New(db).PaymentGetByID(ctx, id)
-	if err != nil {
-		return Payment{}, notFound(err, "load payment "+id.String())
-	}
-	return paymentFromRow(row), nil
-}
-
-func loadRefund(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Refund, error) {
-	row, err := dbsqlc.New(db).RefundGetByID(ctx, id)
-	if err != nil {
-		return Refund{}, notFound(err, "load refund "+id.String())
-	}
-	return refundFromRow(row), nil
-}
-
-// notFound is the one place where this package's queries' pgx.ErrNoRows
-// becomes ErrNotFound.
-func notFound(err error, what string) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, ErrNotFound)
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return storeOf(s.pool).tenantRefund(ctx, tenantID, id)
 }
 
 func deref[T any](p *T) T {
