@@ -23,10 +23,6 @@ import (
 // runs against a database alone, whatever else the service is configured
 // with. New builds the running service from the same builders.
 
-// stuckAfter is how long a pending operation may outlive its lease before
-// the sweeper reports it as stuck.
-const stuckAfter = 15 * time.Minute
-
 // OpenDatabase applies pending migrations (unless cfg.AutoMigrate is off)
 // and opens the pool.
 func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
@@ -62,12 +58,12 @@ func newSweeper(pool *pgxpool.Pool, cfg Config, store *idempotency.Store, logger
 	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(Operations())); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
-	opts = append([]retention.SweeperOption{retention.WithDutyCycle(cfg.SweepDutyCycle)}, opts...)
+	opts = append([]retention.SweeperOption{retention.WithBatchSize(cfg.SweepBatch), retention.WithDutyCycle(cfg.SweepDutyCycle)}, opts...)
 	return retention.NewSweeper(pool, retention.Tables{
 		Idempotency:       store.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,
 		WebhookReceipts:   webhooks.DeleteExpired,
 		ProcessedMessages: inbox.DeleteExpired,
 		CountStuck:        store.CountStuck,
-	}, cfg.Retention, cfg.SweepBatch, stuckAfter, logger, now, opts...), nil
+	}, cfg.Retention, logger, now, opts...), nil
 }

@@ -92,7 +92,7 @@ type Config struct {
 	// default 1m; 0 disables the in-process sweeper).
 	SweepInterval time.Duration
 	// SweepBatch bounds the rows one delete statement removes (SWEEP_BATCH,
-	// default 250).
+	// default retention.DefaultBatchSize, 250).
 	SweepBatch int
 	// SweepDutyCycle is the share of the time a sweep with a backlog spends
 	// deleting; it pauses for the rest (SWEEP_DUTY_CYCLE, default 0.0625;
@@ -168,7 +168,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
-		SweepBatch:            r.integer("SWEEP_BATCH", 250, 1, 100_000),
+		SweepBatch:            r.integer("SWEEP_BATCH", retention.DefaultBatchSize, 1, 100_000),
 		SweepDutyCycle:        r.fraction("SWEEP_DUTY_CYCLE", retention.DefaultDutyCycle),
 
 		NATSURL:             getenv("NATS_URL"),

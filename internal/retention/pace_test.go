@@ -35,7 +35,8 @@ func TestSweepPacesABacklog(t *testing.T) {
 			FROM generate_series(1, 31) g`, tenant); err != nil {
 			t.Fatal(err)
 		}
-		s := retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), 10, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, retention.WithDutyCycle(c.duty))
+		s := retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now,
+			retention.WithBatchSize(10), retention.WithStuckAfter(time.Hour), retention.WithDutyCycle(c.duty))
 		var pauses []time.Duration
 		retention.SetSleep(s, func(_ context.Context, d time.Duration) error {
 			pauses = append(pauses, d)
@@ -57,7 +58,7 @@ func TestSweepPacesABacklog(t *testing.T) {
 			}
 		}
 	}
-	s := retention.NewSweeper(nil, retention.Tables{}, retention.DefaultPolicy(), 10, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, retention.WithDutyCycle(0.25))
+	s := retention.NewSweeper(nil, retention.Tables{}, retention.DefaultPolicy(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, retention.WithDutyCycle(0.25))
 	if got := retention.Pause(s, 10*time.Millisecond); got != 30*time.Millisecond {
 		t.Fatalf("pause after a 10 ms batch at duty 1/4 = %v, want 30 ms", got)
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -109,7 +111,8 @@ func setup(t *testing.T) *bundle {
 	pool := testdb.Pool(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	b := &bundle{pool: pool, clock: &clock{t: t0}, tenant: uuid.New(), t0: t0}
-	b.sweeper = retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), 100, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now)
+	b.sweeper = retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now,
+		retention.WithBatchSize(100), retention.WithStuckAfter(time.Hour))
 	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, 't', 'T', $2)`, b.tenant, t0)
 	return b
 }
@@ -246,5 +249,48 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 	}
 	if total := reports[0].Deleted["api_idempotency"] + reports[1].Deleted["api_idempotency"]; total != 2000 {
 		t.Fatalf("sweepers report %d deletions, want 2000", total)
+	}
+}
+
+// A sweeper without options deletes DefaultBatchSize (250) rows per
+// statement and reports records stuck DefaultStuckAfter (15 minutes) after
+// their lease, as the README says; options change both,
+// and a value that is not positive keeps the default.
+func TestSweeperDefaultsAndOptions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name       string
+		opts       []retention.SweeperOption
+		batch      int
+		stuckAfter time.Duration
+	}{
+		{"defaults", nil, 250, 15 * time.Minute},
+		{"not positive", []retention.SweeperOption{retention.WithBatchSize(0), retention.WithStuckAfter(-time.Minute)}, 250, 15 * time.Minute},
+		{"options", []retention.SweeperOption{retention.WithBatchSize(7), retention.WithStuckAfter(time.Hour)}, 7, time.Hour},
+	} {
+		var limits []int
+		var stuckCutoff time.Time
+		del := func(_ context.Context, _ pgx.Tx, _ time.Time, limit int) (int64, error) {
+			limits = append(limits, limit)
+			return 0, nil
+		}
+		s := retention.NewSweeper(pool, retention.Tables{
+			Idempotency: del, PublishedEvents: del, WebhookReceipts: del, ProcessedMessages: del,
+			CountStuck: func(_ context.Context, _ idempotency.DB, cutoff time.Time) (int64, error) {
+				stuckCutoff = cutoff
+				return 0, nil
+			},
+		}, retention.DefaultPolicy(), slog.New(slog.DiscardHandler), func() time.Time { return now }, c.opts...)
+		if _, err := s.SweepOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(limits) != 4 || slices.ContainsFunc(limits, func(l int) bool { return l != c.batch }) {
+			t.Errorf("%s: delete limits %v, want 4 times %d", c.name, limits, c.batch)
+		}
+		if want := now.Add(-c.stuckAfter); !stuckCutoff.Equal(want) {
+			t.Errorf("%s: stuck cutoff %v, want %v (%v before now)", c.name, stuckCutoff, want, c.stuckAfter)
+		}
 	}
 }

@@ -64,7 +64,7 @@ type Sweeper struct {
 type SweeperOption func(*Sweeper)
 
 // WithReportObserver receives the report of every successful sweep, e.g.
-// for metrics.
+// for metrics (default none).
 func WithReportObserver(fn func(Report)) SweeperOption {
 	return func(s *Sweeper) { s.observe = fn }
 }
@@ -73,7 +73,8 @@ func WithReportObserver(fn func(Report)) SweeperOption {
 // sweeper pauses so that deleting takes at most duty (0 < duty <= 1) of the
 // wall time; 1 never pauses. The pause grows with the batch's duration, so
 // a busy database, whose batches take longer, gets longer breaks. Deleting a
-// month of records is never urgent; the traffic of today is.
+// month of records is never urgent; the traffic of today is. The default is
+// DefaultDutyCycle (1/16).
 func WithDutyCycle(duty float64) SweeperOption {
 	return func(s *Sweeper) { s.duty = min(max(duty, 0.01), 1) }
 }
@@ -82,11 +83,44 @@ func WithDutyCycle(duty float64) SweeperOption {
 // time deleting, measured in docs/BENCHMARKS.md (sweep comparison).
 const DefaultDutyCycle = 0.0625
 
+// DefaultBatchSize bounds the rows one delete statement removes unless
+// WithBatchSize says otherwise: small enough that a batch holds its locks
+// briefly, measured in docs/BENCHMARKS.md (sweep comparison).
+const DefaultBatchSize = 250
+
+// DefaultStuckAfter is how long a pending record may outlive its lease
+// before a sweep reports it as stuck, unless WithStuckAfter says otherwise.
+const DefaultStuckAfter = 15 * time.Minute
+
+// WithBatchSize bounds the rows one delete statement removes (default
+// DefaultBatchSize, 250); n <= 0 keeps the default.
+func WithBatchSize(n int) SweeperOption {
+	return func(s *Sweeper) {
+		if n > 0 {
+			s.batch = n
+		}
+	}
+}
+
+// WithStuckAfter is how long a pending record may sit with an expired lease
+// before a sweep reports it as stuck (default DefaultStuckAfter, 15
+// minutes); d <= 0 keeps the default.
+func WithStuckAfter(d time.Duration) SweeperOption {
+	return func(s *Sweeper) {
+		if d > 0 {
+			s.stuckAfter = d
+		}
+	}
+}
+
 // NewSweeper returns a Sweeper that runs the owners' deletes in tables with
-// the cutoffs of policy, at most batch rows per statement, paced by
-// DefaultDutyCycle unless an option says otherwise.
-func NewSweeper(pool *pgxpool.Pool, tables Tables, policy Policy, batch int, stuckAfter time.Duration, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
-	s := &Sweeper{pool: pool, tables: tables, policy: policy, batch: batch, stuckAfter: stuckAfter, logger: logger, now: now, observe: func(Report) {}, duty: DefaultDutyCycle, sleep: sleep}
+// the cutoffs of policy, at most DefaultBatchSize rows per statement, paced
+// by DefaultDutyCycle, unless options say otherwise.
+func NewSweeper(pool *pgxpool.Pool, tables Tables, policy Policy, logger *slog.Logger, now func() time.Time, opts ...SweeperOption) *Sweeper {
+	s := &Sweeper{
+		pool: pool, tables: tables, policy: policy, logger: logger, now: now,
+		batch: DefaultBatchSize, stuckAfter: DefaultStuckAfter, observe: func(Report) {}, duty: DefaultDutyCycle, sleep: sleep,
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -111,8 +145,9 @@ func TableNames() []string {
 type Report struct {
 	// Deleted counts deleted rows per kind (TableNames).
 	Deleted map[string]int64
-	// Stuck counts pending idempotency records whose lease ran out more than
-	// stuckAfter ago: unsettled operations, kept, and worth a look.
+	// Stuck counts pending idempotency records whose lease ran out longer
+	// ago than the sweeper's stuck time (WithStuckAfter): unsettled
+	// operations, kept, and worth a look.
 	Stuck int64
 }
 

@@ -113,7 +113,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.BoolVar(&c.markdown, "markdown", false, "also print the results as a Markdown table")
 	fs.BoolVar(&c.strict, "strict", false, "exit non-zero when a target is missed, not only on failed requests")
 	fs.IntVar(&c.sweepRecords, "sweep-records", 0, "instead of the scenarios: seed this many expired records per round and compare create while the sweeper deletes them all with create alone (e.g. 1000000)")
-	fs.IntVar(&c.sweepBatch, "sweep-batch", 250, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
+	fs.IntVar(&c.sweepBatch, "sweep-batch", retention.DefaultBatchSize, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
 	fs.Float64Var(&c.sweepDuty, "sweep-duty", retention.DefaultDutyCycle, "share of the time the sweep comparison's sweeper spends deleting (the service's SWEEP_DUTY_CYCLE; 1: no pauses)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -122,7 +122,7 @@ func (s *sweepBench) seed(ctx context.Context, out io.Writer) error {
 // like the service's unless opts say otherwise) and returns how many it
 // deleted.
 func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption) (int64, error) {
-	opts = append([]retention.SweeperOption{retention.WithDutyCycle(s.duty)}, opts...)
+	opts = append([]retention.SweeperOption{retention.WithBatchSize(s.batch), retention.WithStuckAfter(time.Hour), retention.WithDutyCycle(s.duty)}, opts...)
 	policy := retention.DefaultPolicy()
 	idem := idempotency.NewStore(policy.Idempotency, time.Minute, time.Now)
 	sw := retention.NewSweeper(s.pool, retention.Tables{
@@ -131,7 +131,7 @@ func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption)
 		WebhookReceipts:   webhooks.DeleteExpired,
 		ProcessedMessages: inbox.DeleteExpired,
 		CountStuck:        idem.CountStuck,
-	}, policy, s.batch, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
+	}, policy, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
 	rep, err := sw.SweepOnce(ctx)
 	var n int64
 	for _, d := range rep.Deleted {
