@@ -39,7 +39,7 @@ func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 
 // NewTenants returns the tenants service: tenants, API keys, authentication.
 func NewTenants(pool *pgxpool.Pool, cfg Config, now func() time.Time) *tenants.Service {
-	return tenants.NewService(pool, cfg.AuthCacheTTL, now)
+	return tenants.NewService(pool, now, tenants.WithCacheTTL(cfg.AuthCacheTTL))
 }
 
 // newStore returns the idempotency store of every registered operation.

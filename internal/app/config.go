@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/tenants"
 )
 
 // Config is the process configuration, read from environment variables (the
@@ -46,7 +47,7 @@ type Config struct {
 	// recoverer take the attempt over.
 	IdempotencyLease time.Duration
 	// AuthCacheTTL is how long a verified API key is cached (AUTH_CACHE_TTL,
-	// default 30s; 0 disables).
+	// default tenants.DefaultCacheTTL, 30s; 0 disables).
 	AuthCacheTTL time.Duration
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
@@ -158,7 +159,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ReadTimeout:      r.duration("READ_TIMEOUT", 15*time.Second),
 		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),
 		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", 30*time.Second),
-		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", 30*time.Second),
+		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", tenants.DefaultCacheTTL),
 		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 
 		PSPURL:                getenv("PSP_URL"),

@@ -27,7 +27,7 @@ func TestReplayEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	svc := tenants.NewService(pool, 0, time.Now)
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
 	owner, ownerKey, err := svc.Create(ctx, "owner", "Owner")
 	if err != nil {
 		t.Fatal(err)

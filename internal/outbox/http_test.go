@@ -44,7 +44,7 @@ func TestEventsListShowsDeliveryState(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	svc := tenants.NewService(b.pool, 0, b.clock.Now)
+	svc := tenants.NewService(b.pool, b.clock.Now, tenants.WithCacheTTL(0))
 	key, otherKey := b.tenant.APIKey, testkit.NewTenant(t, b.pool).APIKey
 	processed := b.appendEvent(t, "payment.succeeded")
 	stuck := b.appendEvent(t, "order.created")

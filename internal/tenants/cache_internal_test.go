@@ -19,7 +19,7 @@ func TestCacheStaysBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	s := NewService(testdb.Pool(t), time.Minute, func() time.Time { return now })
+	s := NewService(testdb.Pool(t), func() time.Time { return now }, WithCacheTTL(time.Minute))
 	tn, key, err := s.Create(ctx, "bounded", "Bounded")
 	if err != nil {
 		t.Fatal(err)

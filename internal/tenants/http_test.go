@@ -55,7 +55,7 @@ const (
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, _ := b.service(t, time.Minute)
+	svc, _ := b.service(t, tenants.WithCacheTTL(time.Minute))
 	url, reached := whoami(t, svc)
 	for _, tc := range []struct {
 		name, authorization string
@@ -104,7 +104,7 @@ func TestMiddleware(t *testing.T) {
 func TestMiddlewareRefusesTwoAuthorizationHeaders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, _ := b.service(t, time.Minute)
+	svc, _ := b.service(t, tenants.WithCacheTTL(time.Minute))
 	url, reached := whoami(t, svc)
 	for _, second := range []string{b.a.APIKey, b.b.APIKey} {
 		req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -128,7 +128,7 @@ func TestMiddlewareRefusesTwoAuthorizationHeaders(t *testing.T) {
 func TestMiddlewareWithoutTheDatabaseIsNotUnauthorized(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, cutOff := b.service(t, 0)
+	svc, cutOff := b.service(t, tenants.WithCacheTTL(0))
 	url, reached := whoami(t, svc)
 	cutOff()
 	testkit.WantProblem(t, get(t, url, "Bearer "+b.a.APIKey), http.StatusInternalServerError, problem.Internal)

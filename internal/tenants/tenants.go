@@ -57,11 +57,28 @@ type cached struct {
 	expires time.Time
 }
 
-// NewService returns a Service. Successful key lookups are cached for
-// cacheTTL (0 disables the cache) to keep a database round trip off every
-// request; a revoked key therefore stays usable for at most cacheTTL.
-func NewService(pool *pgxpool.Pool, cacheTTL time.Duration, now func() time.Time) *Service {
-	return &Service{pool: pool, now: now, cacheTTL: cacheTTL, cache: make(map[[sha256.Size]byte]cached)}
+// DefaultCacheTTL is how long a verified API key is cached unless
+// WithCacheTTL says otherwise.
+const DefaultCacheTTL = 30 * time.Second
+
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
+
+// WithCacheTTL caches successful key lookups for ttl (default
+// DefaultCacheTTL, 30s; 0 disables the cache) to keep a database round trip
+// off every request; a revoked key therefore stays usable for at most ttl.
+func WithCacheTTL(ttl time.Duration) ServiceOption {
+	return func(s *Service) { s.cacheTTL = ttl }
+}
+
+// NewService returns a Service. It caches verified keys for
+// DefaultCacheTTL unless WithCacheTTL says otherwise.
+func NewService(pool *pgxpool.Pool, now func() time.Time, opts ...ServiceOption) *Service {
+	s := &Service{pool: pool, now: now, cacheTTL: DefaultCacheTTL, cache: make(map[[sha256.Size]byte]cached)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // HashKey returns the stored form of an API key.

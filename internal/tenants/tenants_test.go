@@ -33,13 +33,13 @@ func setup(t *testing.T) *testBundle {
 	}
 }
 
-// service returns a Service with the given cache TTL on a pool of its own,
-// and cutOff, which closes that pool: after it, an answer can only come from
-// the cache, and any lookup that reaches the database fails.
-func (b *testBundle) service(t *testing.T, cacheTTL time.Duration) (svc *tenants.Service, cutOff func()) {
+// service returns a Service built with opts on a pool of its own, and
+// cutOff, which closes that pool: after it, an answer can only come from the
+// cache, and any lookup that reaches the database fails.
+func (b *testBundle) service(t *testing.T, opts ...tenants.ServiceOption) (svc *tenants.Service, cutOff func()) {
 	t.Helper()
 	pool := testkit.AnotherPool(t, b.pool)
-	return tenants.NewService(pool, cacheTTL, b.clock.Now), pool.Close
+	return tenants.NewService(pool, b.clock.Now, opts...), pool.Close
 }
 
 // authenticates fails unless key authenticates as want.
@@ -72,7 +72,7 @@ func reachesTheDatabase(t *testing.T, svc *tenants.Service, key string) {
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, _ := b.service(t, 0)
+	svc, _ := b.service(t, tenants.WithCacheTTL(0))
 	authenticates(t, svc, b.a.APIKey, b.a)
 	// A key of another tenant names that tenant, and only it.
 	authenticates(t, svc, b.b.APIKey, b.b)
@@ -86,7 +86,7 @@ func TestAuthenticate(t *testing.T) {
 func TestEmptyKeyNeedsNoDatabase(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, cutOff := b.service(t, time.Minute)
+	svc, cutOff := b.service(t, tenants.WithCacheTTL(time.Minute))
 	cutOff()
 	refused(t, svc, "")
 }
@@ -97,7 +97,7 @@ func TestEmptyKeyNeedsNoDatabase(t *testing.T) {
 func TestCacheHitDoesNotReachTheDatabase(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, cutOff := b.service(t, time.Minute)
+	svc, cutOff := b.service(t, tenants.WithCacheTTL(time.Minute))
 	authenticates(t, svc, b.a.APIKey, b.a)
 	cutOff()
 	authenticates(t, svc, b.a.APIKey, b.a)
@@ -109,7 +109,7 @@ func TestCacheExpiresAfterTheTTL(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const ttl = 45 * time.Second
-	svc, cutOff := b.service(t, ttl)
+	svc, cutOff := b.service(t, tenants.WithCacheTTL(ttl))
 	authenticates(t, svc, b.a.APIKey, b.a)
 	cutOff()
 	b.clock.Advance(ttl - time.Nanosecond)
@@ -118,10 +118,24 @@ func TestCacheExpiresAfterTheTTL(t *testing.T) {
 	reachesTheDatabase(t, svc, b.a.APIKey)
 }
 
+// Without WithCacheTTL a key is cached for DefaultCacheTTL, 30 seconds (the
+// AUTH_CACHE_TTL default the README names).
+func TestCacheTTLDefaultsToThirtySeconds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	svc, cutOff := b.service(t)
+	authenticates(t, svc, b.a.APIKey, b.a)
+	cutOff()
+	b.clock.Advance(30*time.Second - time.Nanosecond)
+	authenticates(t, svc, b.a.APIKey, b.a)
+	b.clock.Advance(time.Nanosecond)
+	reachesTheDatabase(t, svc, b.a.APIKey)
+}
+
 func TestCacheTTLZeroDisablesTheCache(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	svc, cutOff := b.service(t, 0)
+	svc, cutOff := b.service(t, tenants.WithCacheTTL(0))
 	authenticates(t, svc, b.a.APIKey, b.a)
 	cutOff()
 	reachesTheDatabase(t, svc, b.a.APIKey)
@@ -144,9 +158,9 @@ func TestRevokedKeyWorksAtMostTheCacheTTL(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const ttl = 45 * time.Second
-	cached, _ := b.service(t, ttl)
-	uncached, _ := b.service(t, 0)
-	other, _ := b.service(t, ttl)
+	cached, _ := b.service(t, tenants.WithCacheTTL(ttl))
+	uncached, _ := b.service(t, tenants.WithCacheTTL(0))
+	other, _ := b.service(t, tenants.WithCacheTTL(ttl))
 	authenticates(t, cached, b.a.APIKey, b.a)
 	authenticates(t, uncached, b.a.APIKey, b.a)
 
@@ -169,7 +183,7 @@ func TestCreate(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)
 	ctx := context.Background()
-	svc := tenants.NewService(pool, 0, time.Now)
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
 	tn, key, err := svc.Create(ctx, "initech", "Initech")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +251,7 @@ func TestSeedDemoIsIdempotent(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)
 	ctx := context.Background()
-	svc := tenants.NewService(pool, 0, time.Now)
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
 	first, err := svc.SeedDemo(ctx)
 	if err != nil {
 		t.Fatal(err)

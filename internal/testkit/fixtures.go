@@ -48,7 +48,7 @@ type Tenant struct {
 func NewTenant(t testing.TB, pool *pgxpool.Pool) Tenant {
 	t.Helper()
 	slug := "test-" + uuid.NewString()[:13] // "xxxxxxxx-xxxx": 48 random bits
-	tn, key, err := tenants.NewService(pool, 0, time.Now).Create(context.Background(), slug, "Test tenant "+slug)
+	tn, key, err := tenants.NewService(pool, time.Now).Create(context.Background(), slug, "Test tenant "+slug)
 	if err != nil {
 		t.Fatalf("create tenant %s: %v", slug, err)
 	}
@@ -63,7 +63,7 @@ func NewTenant(t testing.TB, pool *pgxpool.Pool) Tenant {
 func SeedDemo(t testing.TB, pool *pgxpool.Pool) map[string]Tenant {
 	t.Helper()
 	ctx := context.Background()
-	svc := tenants.NewService(pool, 0, time.Now)
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
 	if _, err := svc.SeedDemo(ctx); err != nil {
 		t.Fatalf("seed demo tenants: %v", err)
 	}

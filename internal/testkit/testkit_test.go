@@ -178,7 +178,7 @@ func TestNewTenantHasAWorkingKey(t *testing.T) {
 	if a.ID == b.ID || a.Slug == b.Slug || a.APIKey == b.APIKey {
 		t.Fatalf("two tenants share an id, slug or key: %+v, %+v", a, b)
 	}
-	svc := tenants.NewService(pool, 0, time.Now)
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
 	for _, tn := range []testkit.Tenant{a, b} {
 		got, err := svc.Authenticate(context.Background(), tn.APIKey)
 		if err != nil || got != tn.Tenant {
