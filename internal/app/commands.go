@@ -44,7 +44,8 @@ func NewTenants(pool *pgxpool.Pool, cfg Config, now func() time.Time) *tenants.S
 
 // newStore returns the idempotency store of every registered operation.
 func newStore(cfg Config, now func() time.Time, opts ...idempotency.StoreOption) *idempotency.Store {
-	return idempotency.NewStore(cfg.Retention.Idempotency, cfg.IdempotencyLease, now, opts...)
+	opts = append([]idempotency.StoreOption{idempotency.WithLease(cfg.IdempotencyLease)}, opts...)
+	return idempotency.NewStore(cfg.Retention.Idempotency, now, opts...)
 }
 
 // NewSweeper returns the retention sweeper over every kind of record, each

@@ -42,7 +42,7 @@ type Config struct {
 	// client disconnects (WRITE_TIMEOUT, default 10s).
 	WriteTimeout time.Duration
 	// IdempotencyLease protects a pending claim of a multi-phase operation
-	// (IDEMPOTENCY_LEASE, default 30s). It must be longer than WriteTimeout:
+	// (IDEMPOTENCY_LEASE, default idempotency.DefaultLease, 30s). It must be longer than WriteTimeout:
 	// a lease that ends while its attempt still runs lets a retry or the
 	// recoverer take the attempt over.
 	IdempotencyLease time.Duration
@@ -158,7 +158,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
 		ReadTimeout:      r.duration("READ_TIMEOUT", 15*time.Second),
 		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),
-		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", 30*time.Second),
+		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", idempotency.DefaultLease),
 		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", tenants.DefaultCacheTTL),
 		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 

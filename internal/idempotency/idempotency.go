@@ -173,16 +173,34 @@ type Store struct {
 // StoreOption configures a Store.
 type StoreOption func(*Store)
 
-// WithObserver reports every outcome per operation, e.g. to metrics.
+// WithObserver reports every outcome per operation, e.g. to metrics
+// (default none).
 func WithObserver(fn func(op Operation, outcome Outcome)) StoreOption {
 	return func(s *Store) { s.observe = fn }
 }
 
-// NewStore returns a Store. lease is how long a pending claim of a multi-phase
-// operation is protected; after it, a retry or the recoverer may take the
-// claim over and resume from its recovery point.
-func NewStore(policy Policy, lease time.Duration, now func() time.Time, opts ...StoreOption) *Store {
-	s := &Store{policy: policy, lease: lease, now: now, observe: func(Operation, Outcome) {}}
+// DefaultLease is how long a claim is protected unless WithLease says
+// otherwise.
+const DefaultLease = 30 * time.Second
+
+// WithLease is how long a pending claim of a multi-phase operation is
+// protected (default DefaultLease, 30s; d <= 0 keeps the default); after
+// it, a retry or the recoverer may take the claim over and resume from its
+// recovery point. It must outlast an attempt: a lease that ends while its
+// attempt still runs lets another owner take that attempt over.
+func WithLease(d time.Duration) StoreOption {
+	return func(s *Store) {
+		if d > 0 {
+			s.lease = d
+		}
+	}
+}
+
+// NewStore returns a Store that keeps the records of each operation for
+// policy's retention of it, and leases claims for DefaultLease unless
+// WithLease says otherwise.
+func NewStore(policy Policy, now func() time.Time, opts ...StoreOption) *Store {
+	s := &Store{policy: policy, lease: DefaultLease, now: now, observe: func(Operation, Outcome) {}}
 	for _, o := range opts {
 		o(s)
 	}

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,7 @@ func setupStore(t *testing.T) *storeBundle {
 	t.Helper()
 	pool := testdb.Pool(t)
 	b := &storeBundle{pool: pool, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	b.store = idempotency.NewStore(policy(), lease, b.clock.now)
+	b.store = idempotency.NewStore(policy(), b.clock.now, idempotency.WithLease(lease))
 	for _, id := range []*uuid.UUID{&b.tenantA, &b.tenantB} {
 		*id = uuid.New()
 		if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', now())`, *id, id.String()); err != nil {
@@ -168,6 +169,40 @@ func TestKeyScope(t *testing.T) {
 		c, err := b.execute(t, r, created(`{}`))
 		if err != nil || c.Kind != idempotency.ClaimFresh {
 			t.Fatalf("%s/%s: Begin = %+v, %v; want an independent fresh claim", r.TenantID, r.Operation, c, err)
+		}
+	}
+}
+
+// Without WithLease a claim is leased for DefaultLease, 30 seconds (the
+// IDEMPOTENCY_LEASE default the README names); WithLease changes it, and a
+// lease that is not positive keeps the default.
+func TestStoreLeaseDefaultAndOption(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		opts []idempotency.StoreOption
+		want time.Duration
+	}{
+		{nil, 30 * time.Second},
+		{[]idempotency.StoreOption{idempotency.WithLease(0)}, 30 * time.Second},
+		{[]idempotency.StoreOption{idempotency.WithLease(time.Minute)}, time.Minute},
+	} {
+		store := idempotency.NewStore(policy(), b.clock.now, c.opts...)
+		key := fmt.Sprintf("lease-%d", i)
+		err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := store.Begin(ctx, tx, b.request(t, b.tenantA, opPayments, key, `{}`))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lockedUntil time.Time
+		if err := b.pool.QueryRow(ctx, `SELECT locked_until FROM api_idempotency WHERE idempotency_key = $1`, key).Scan(&lockedUntil); err != nil {
+			t.Fatal(err)
+		}
+		if got := lockedUntil.Sub(b.clock.now()); got != c.want {
+			t.Errorf("case %d: a fresh claim is leased for %v, want %v", i, got, c.want)
 		}
 	}
 }

@@ -67,7 +67,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{pool: testkit.Pool(t), clock: testkit.NewClock()}
 	b.tenant = testkit.NewTenant(t, b.pool).ID
-	store := idempotency.NewStore(idempotency.Policy{opTransfer: time.Hour, opLocal: time.Hour}, lease, b.clock.Now)
+	store := idempotency.NewStore(idempotency.Policy{opTransfer: time.Hour, opLocal: time.Hour}, b.clock.Now, idempotency.WithLease(lease))
 	b.runner = operation.NewRunner(b.pool, store, testkit.Logger(t), operation.WithHooks(operation.Hooks{
 		BeforeCall: func(idempotency.Operation, idempotency.RecoveryPoint) error {
 			if b.crashBefore.CompareAndSwap(true, false) {

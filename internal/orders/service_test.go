@@ -40,7 +40,7 @@ func setup(t *testing.T) *testBundle {
 	demo := testkit.SeedDemo(t, pool)
 	clock := testkit.NewClock()
 	logger := testkit.Logger(t)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, 30*time.Second, clock.Now)
+	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, clock.Now, idempotency.WithLease(30*time.Second))
 	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), clock.Now)
 	for _, tn := range demo {
 		if err := svc.SeedCatalog(context.Background(), tn.ID, orders.DemoCatalog()); err != nil {

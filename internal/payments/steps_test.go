@@ -68,7 +68,7 @@ func setup(t *testing.T) *bundle {
 		return c != nil && *c == want && b.crash.CompareAndSwap(c, nil)
 	}
 	policy := idempotency.Policy{orders.OpCreate: 7 * 24 * time.Hour, payments.OpPay: payments.MoneyRetention, payments.OpRefund: payments.MoneyRetention}
-	store := idempotency.NewStore(policy, lease, b.clock.Now)
+	store := idempotency.NewStore(policy, b.clock.Now, idempotency.WithLease(lease))
 	ops := operation.NewRunner(b.pool, store, logger, operation.WithHooks(operation.Hooks{
 		BeforeCall: func(idempotency.Operation, idempotency.RecoveryPoint) error {
 			if crashes("before") {

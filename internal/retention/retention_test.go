@@ -88,7 +88,7 @@ func (c *clock) set(t time.Time) {
 
 // tables are the owners' deletes, as the service wires them.
 func tables() retention.Tables {
-	idem := idempotency.NewStore(retention.DefaultPolicy().Idempotency, time.Minute, time.Now)
+	idem := idempotency.NewStore(retention.DefaultPolicy().Idempotency, time.Now, idempotency.WithLease(time.Minute))
 	return retention.Tables{
 		Idempotency:       idem.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,

@@ -88,7 +88,7 @@ func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlC
 		tenantID:    t.ID,
 		fingerprint: fp,
 		retention:   orders.Specs()[0].Retention,
-		lease:       30 * time.Second, // the service's default IDEMPOTENCY_LEASE
+		lease:       idempotency.DefaultLease, // the service's default IDEMPOTENCY_LEASE
 	}, nil
 }
 

@@ -124,7 +124,7 @@ func (s *sweepBench) seed(ctx context.Context, out io.Writer) error {
 func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption) (int64, error) {
 	opts = append([]retention.SweeperOption{retention.WithBatchSize(s.batch), retention.WithStuckAfter(time.Hour), retention.WithDutyCycle(s.duty)}, opts...)
 	policy := retention.DefaultPolicy()
-	idem := idempotency.NewStore(policy.Idempotency, time.Minute, time.Now)
+	idem := idempotency.NewStore(policy.Idempotency, time.Now, idempotency.WithLease(time.Minute))
 	sw := retention.NewSweeper(s.pool, retention.Tables{
 		Idempotency:       idem.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,

@@ -597,6 +597,6 @@ func machine(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 // orderService is the orders feature the fulfillment consumer ships through,
 // built as api serve builds it.
 func orderService(pool *pgxpool.Pool, logger *slog.Logger) *orders.Service {
-	store := idempotency.NewStore(app.DefaultRetention().Idempotency, 30*time.Second, time.Now)
+	store := idempotency.NewStore(app.DefaultRetention().Idempotency, time.Now)
 	return orders.NewService(pool, operation.NewRunner(pool, store, logger), time.Now)
 }
