@@ -142,7 +142,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 			return nil, fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
-	provider := payments.NewProvider(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout, payments.WithCallObserver(m.ProviderCall))
+	provider := payments.NewProvider(cfg.PSPURL,
+		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall))
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
@@ -159,7 +160,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now, webhooks.WithApplyObserver(m.WebhookProcessed))
 	var sim *demo.Simulator // nil: no provider to ask for its ledger or faults
 	if cfg.PSPURL != "" {
-		sim = demo.NewSimulator(cfg.PSPURL, cfg.PSPAPIKey, cfg.PSPTimeout)
+		sim = demo.NewSimulator(cfg.PSPURL, demo.WithAPIKey(cfg.PSPAPIKey), demo.WithTimeout(cfg.PSPTimeout))
 	}
 	if a.sweeper, err = newSweeper(pool, cfg, idem, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {

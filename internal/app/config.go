@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
@@ -61,7 +62,7 @@ type Config struct {
 	// PSPAPIKey is sent to the provider as a bearer token (PSP_API_KEY).
 	PSPAPIKey string
 	// PSPTimeout bounds one provider call; past it the outcome is unknown
-	// (PSP_TIMEOUT, default 5s). It must stay below WriteTimeout, so a timed
+	// (PSP_TIMEOUT, default payments.DefaultTimeout, 5s). It must stay below WriteTimeout, so a timed
 	// out attempt still has time to release its claim for the retry.
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
@@ -164,7 +165,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 		PSPURL:                getenv("PSP_URL"),
 		PSPAPIKey:             getenv("PSP_API_KEY"),
-		PSPTimeout:            r.duration("PSP_TIMEOUT", 5*time.Second),
+		PSPTimeout:            r.duration("PSP_TIMEOUT", payments.DefaultTimeout),
 		PSPWebhookSecrets:     strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -94,7 +93,7 @@ func newPSP(t *testing.T) (*pspsim.Server, *demo.Simulator) {
 	}
 	srv := httptest.NewServer(psp.Handler())
 	t.Cleanup(srv.Close)
-	return psp, demo.NewSimulator(srv.URL, simulatorKey, 5*time.Second)
+	return psp, demo.NewSimulator(srv.URL, demo.WithAPIKey(simulatorKey))
 }
 
 // notSimulator is a provider that is no simulator: it has no ledger and no
@@ -107,7 +106,7 @@ func notSimulator(t *testing.T) *demo.Simulator {
 		_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"resource_missing"}}`))
 	}))
 	t.Cleanup(srv.Close)
-	return demo.NewSimulator(srv.URL, "sk_live_whatever", 5*time.Second)
+	return demo.NewSimulator(srv.URL, demo.WithAPIKey("sk_live_whatever"))
 }
 
 func TestChaosLoseResponse(t *testing.T) {
@@ -218,7 +217,7 @@ func TestStatusAsksTheProvider(t *testing.T) {
 	}{
 		{"simulator", sim, true},
 		{"not a simulator", notSimulator(t), false},
-		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, "sk_sim_wrong", 5*time.Second), false},
+		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, demo.WithAPIKey("sk_sim_wrong")), false},
 	} {
 		srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, tc.sim, nil, logger()))
 		res, body, err := send(t, srv, "GET", "/demo", "", nil)

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/payments"
 )
 
 // errNotSimulator means the provider answered, but not as the payment
@@ -32,16 +34,35 @@ type Simulator struct {
 	client  *http.Client
 }
 
+// SimulatorOption configures a Simulator.
+type SimulatorOption func(*Simulator)
+
+// WithAPIKey authenticates with key (PSP_API_KEY) as a bearer token
+// (default none: no Authorization header).
+func WithAPIKey(key string) SimulatorOption {
+	return func(s *Simulator) { s.apiKey = key }
+}
+
+// WithTimeout bounds each call, so a provider that hangs cannot hold a demo
+// request (default payments.DefaultTimeout, 5s, as the provider client).
+// Zero, as in http.Client, sets no bound of the client's own; the demo
+// request's context still ends the call.
+func WithTimeout(d time.Duration) SimulatorOption {
+	return func(s *Simulator) { s.client.Timeout = d }
+}
+
 // NewSimulator returns the demo's client of the provider at baseURL
-// (PSP_URL), authenticating with apiKey (PSP_API_KEY; empty sends none).
-// timeout bounds each call, so a provider that hangs cannot hold a demo
-// request.
-func NewSimulator(baseURL, apiKey string, timeout time.Duration) *Simulator {
-	return &Simulator{
+// (PSP_URL), which bounds each call by payments.DefaultTimeout and sends no
+// API key unless options say otherwise.
+func NewSimulator(baseURL string, opts ...SimulatorOption) *Simulator {
+	s := &Simulator{
 		baseURL: strings.TrimRight(baseURL, "/"),
-		apiKey:  apiKey,
-		client:  &http.Client{Timeout: timeout},
+		client:  &http.Client{Timeout: payments.DefaultTimeout},
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // simLedger is what the demo reads of the simulator's ledger.

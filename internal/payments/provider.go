@@ -51,19 +51,36 @@ func ProviderCalls() map[string][]string {
 
 // WithCallObserver reports every call ("charge", "find_charge", "refund",
 // "find_refund") with its result ("succeeded", "declined", "rejected",
-// "unknown", "found", "not_found"), e.g. to metrics.
+// "unknown", "found", "not_found"), e.g. to metrics (default none).
 func WithCallObserver(fn func(call, result string)) ProviderOption {
 	return func(p *Provider) { p.observe = fn }
 }
 
-// NewProvider returns a client for the provider at baseURL. timeout bounds
-// each call: past it the outcome is unknown, never assumed.
-func NewProvider(baseURL, apiKey string, timeout time.Duration, opts ...ProviderOption) *Provider {
+// WithAPIKey sends key to the provider as a bearer token (default none: no
+// Authorization header).
+func WithAPIKey(key string) ProviderOption {
+	return func(p *Provider) { p.apiKey = key }
+}
+
+// DefaultTimeout bounds one provider call unless WithTimeout says
+// otherwise.
+const DefaultTimeout = 5 * time.Second
+
+// WithTimeout bounds each call (default DefaultTimeout, 5s): past it the
+// outcome is unknown, never assumed. Zero, as in http.Client, sets no bound
+// of the client's own; the caller's context still ends the call.
+func WithTimeout(d time.Duration) ProviderOption {
+	return func(p *Provider) { p.client.Timeout = d }
+}
+
+// NewProvider returns a client for the provider at baseURL, which bounds
+// each call by DefaultTimeout and sends no API key unless options say
+// otherwise.
+func NewProvider(baseURL string, opts ...ProviderOption) *Provider {
 	p := &Provider{
 		baseURL: strings.TrimRight(baseURL, "/"),
-		apiKey:  apiKey,
 		client: &http.Client{
-			Timeout: timeout,
+			Timeout: DefaultTimeout,
 			// A redirect is never followed: a 301/302/303 would turn our
 			// POST into a GET whose 200 reads like an answer. The 3xx
 			// itself is an unknown outcome (classify).

@@ -54,8 +54,8 @@ func TestProviderRefusesOnlyWrongRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, _ := simulator(t, "sk_right")
-	right := payments.NewProvider(url, "sk_right", 5*time.Second)
-	wrong := payments.NewProvider(url, "sk_wrong", 5*time.Second)
+	right := payments.NewProvider(url, payments.WithAPIKey("sk_right"))
+	wrong := payments.NewProvider(url, payments.WithAPIKey("sk_wrong"))
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
 
 	charge, err := right.CreateCharge(ctx, "k-charge", 1000, "EUR", "pm_card_ok", meta)
@@ -101,7 +101,7 @@ func TestForeign4xxIsNoRefusal(t *testing.T) {
 			http.Error(w, http.StatusText(status), status)
 		}))
 		t.Cleanup(ts.Close)
-		p := payments.NewProvider(ts.URL, "sk_test", 5*time.Second)
+		p := payments.NewProvider(ts.URL, payments.WithAPIKey("sk_test"))
 		ref := "0196f7a4-0000-7000-8000-000000000001"
 		_, err := p.CreateCharge(ctx, "k-charge", 1000, "EUR", "pm_card_ok", map[string]string{"reference": ref})
 		wantUnknown(t, fmt.Sprintf("CreateCharge answered a bare %d", status), err)
@@ -124,7 +124,7 @@ func TestRefusedLookupIsNoRefusal(t *testing.T) {
 		fmt.Fprint(w, `{"error":{"type":"invalid_request_error","code":"resource_missing"}}`)
 	}))
 	t.Cleanup(ts.Close)
-	p := payments.NewProvider(ts.URL, "sk_test", 5*time.Second)
+	p := payments.NewProvider(ts.URL, payments.WithAPIKey("sk_test"))
 	ref := "0196f7a4-0000-7000-8000-000000000001"
 	_, err := p.FindCharge(context.Background(), ref)
 	wantUnknown(t, "FindCharge answered 404 resource_missing", err)
@@ -143,7 +143,7 @@ func TestLostAnswerIsNotRetriedByTheTransport(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, srv := simulator(t, "sk_test")
-	p := payments.NewProvider(url, "sk_test", 5*time.Second)
+	p := payments.NewProvider(url, payments.WithAPIKey("sk_test"))
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
 	if _, err := p.CreateCharge(ctx, "k-warm", 1000, "EUR", "pm_card_ok", meta); err != nil {
 		t.Fatalf("CreateCharge: %v", err) // the connection is kept alive now
@@ -178,10 +178,50 @@ func TestRedirectOrUnknownStatusIsNoAnswer(t *testing.T) {
 		}
 	}))
 	t.Cleanup(ts.Close)
-	p := payments.NewProvider(ts.URL, "sk_test", 5*time.Second)
+	p := payments.NewProvider(ts.URL, payments.WithAPIKey("sk_test"))
 	meta := map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"}
 	_, err := p.CreateCharge(context.Background(), "k-redirected", 1000, "EUR", "pm_card_ok", meta)
 	wantUnknown(t, "CreateCharge answered 303", err)
 	_, err = p.CreateCharge(context.Background(), "k-odd", 1000, "EUR", "pm_card_ok", meta)
 	wantUnknown(t, "CreateCharge answered a charge with status requires_action", err)
+}
+
+// The API key travels as a bearer token when one is configured, and no
+// Authorization header is sent without one.
+func TestProviderSendsTheAPIKeyOnlyWhenGiven(t *testing.T) {
+	t.Parallel()
+	got := make(chan []string, 2)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("Authorization")
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(ts.Close)
+	for _, c := range []struct {
+		p    *payments.Provider
+		want string
+	}{
+		{payments.NewProvider(ts.URL), ""},
+		{payments.NewProvider(ts.URL, payments.WithAPIKey("sk_test")), "Bearer sk_test"},
+	} {
+		_, _ = c.p.FindCharge(context.Background(), "0196f7a4-0000-7000-8000-000000000001")
+		h := <-got
+		if (c.want == "" && len(h) != 0) || (c.want != "" && (len(h) != 1 || h[0] != c.want)) {
+			t.Fatalf("Authorization %q, want %q", h, c.want)
+		}
+	}
+}
+
+// A provider that does not answer within the timeout leaves the outcome
+// unknown: the call returns, and nothing is assumed.
+func TestProviderTimeoutIsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release // no answer until the test is over; the client gives up first
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(release) }) // runs before ts.Close
+	p := payments.NewProvider(ts.URL, payments.WithTimeout(50*time.Millisecond))
+	_, err := p.CreateCharge(context.Background(), "k-charge", 1000, "EUR", "pm_card_ok", map[string]string{"reference": "0196f7a4-0000-7000-8000-000000000001"})
+	wantUnknown(t, "CreateCharge past its timeout", err)
 }

@@ -95,7 +95,7 @@ func setup(t *testing.T) *bundle {
 			return nil
 		},
 	}))
-	provider := payments.NewProvider(srv.URL, "sk_sim_test", 5*time.Second, payments.WithCallObserver(func(call, result string) {
+	provider := payments.NewProvider(srv.URL, payments.WithAPIKey("sk_sim_test"), payments.WithCallObserver(func(call, result string) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		b.calls = append(b.calls, call+":"+result)

@@ -90,7 +90,7 @@ func newWorker(pool *pgxpool.Pool, clk *testkit.Clock, logger *slog.Logger) *web
 	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour, payments.OpPay: time.Hour, payments.OpRefund: time.Hour}, clk.Now, idempotency.WithLease(30*time.Second))
 	ops := operation.NewRunner(pool, store, logger)
 	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.Now),
-		payments.NewProvider("http://127.0.0.1:1", "", time.Second), logger, clk.Now)
+		payments.NewProvider("http://127.0.0.1:1", payments.WithTimeout(time.Second)), logger, clk.Now)
 	return webhooks.NewWorker(pool, svc, nil, logger, clk.Now)
 }
 
