@@ -153,11 +153,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
 		return nil, err
 	}
-	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, webhooks.DefaultTolerance, now)
+	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, now)
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
-	a.webhookWorker = webhooks.NewWorker(pool, a.payments, a.events, logger, now, webhooks.WithApplyObserver(m.WebhookProcessed))
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
+		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
 	var sim *demo.Simulator // nil: no provider to ask for its ledger or faults
 	if cfg.PSPURL != "" {
 		sim = demo.NewSimulator(cfg.PSPURL, demo.WithAPIKey(cfg.PSPAPIKey), demo.WithTimeout(cfg.PSPTimeout))
@@ -173,7 +174,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Orders:   orders.NewHandler(orderSvc),
 		Payments: payments.NewHandler(a.payments),
 		Events:   outbox.NewHandler(pool),
-		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now, a.webhookWorker.Notify, webhooks.WithResultObserver(m.Webhook)),
+		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now,
+			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
 		Demo: demo.NewHandler(cfg.DemoMode, pool, orderSvc, a.payments, sim, func(ctx context.Context, id uuid.UUID) error {
 			_, err := a.outboxAdmin.Replay(ctx, id)
 			return err

@@ -22,7 +22,7 @@ func FuzzCheck(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	v, err := NewVerifier([]string{secret}, DefaultTolerance, func() time.Time { return now })
+	v, err := NewVerifier([]string{secret}, func() time.Time { return now })
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,6 +56,8 @@ type bundle struct {
 	current []byte
 	old     []byte
 	unknown []byte
+	// notified counts the receiver's wake-ups of the worker (WithNotify).
+	notified *atomic.Int64
 }
 
 func setup(t *testing.T) *bundle {
@@ -65,12 +68,16 @@ func setup(t *testing.T) *bundle {
 	curSecret, cur := secret(t, "current")
 	oldSecret, old := secret(t, "old")
 	_, unknown := secret(t, "unknown")
-	v, err := webhooks.NewVerifier([]string{curSecret, oldSecret}, 5*time.Minute, clk.Now)
+	v, err := webhooks.NewVerifier([]string{curSecret, oldSecret}, clk.Now, webhooks.WithTolerance(5*time.Minute))
 	if err != nil {
 		t.Fatalf("NewVerifier: %v", err)
 	}
 	worker := newWorker(pool, clk, logger)
-	recv := webhooks.NewReceiver(pool, v, logger, clk.Now, worker.Notify)
+	notified := new(atomic.Int64)
+	recv := webhooks.NewReceiver(pool, v, logger, clk.Now, webhooks.WithNotify(func() {
+		notified.Add(1)
+		worker.Notify()
+	}))
 
 	e := echo.New()
 	e.HideBanner = true
@@ -80,7 +87,7 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(srv.Close)
 	return &bundle{
 		pool: pool, clock: clk, worker: worker, url: srv.URL + "/webhooks/psp",
-		client: &http.Client{Timeout: 30 * time.Second}, current: cur, old: old, unknown: unknown,
+		client: &http.Client{Timeout: 30 * time.Second}, current: cur, old: old, unknown: unknown, notified: notified,
 	}
 }
 
@@ -91,7 +98,7 @@ func newWorker(pool *pgxpool.Pool, clk *testkit.Clock, logger *slog.Logger) *web
 	ops := operation.NewRunner(pool, store, logger)
 	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.Now),
 		payments.NewProvider("http://127.0.0.1:1", payments.WithTimeout(time.Second)), logger, clk.Now)
-	return webhooks.NewWorker(pool, svc, nil, logger, clk.Now)
+	return webhooks.NewWorker(pool, svc, logger, clk.Now)
 }
 
 // post sends body with exactly the given webhook headers.

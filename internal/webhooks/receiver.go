@@ -47,16 +47,21 @@ func DeliveryResults() []string {
 type ReceiverOption func(*Receiver)
 
 // WithResultObserver reports every delivery's result (DeliveryAccepted,
-// DeliveryDuplicate, DeliveryRejected), e.g. to metrics.
+// DeliveryDuplicate, DeliveryRejected), e.g. to metrics (default none).
 func WithResultObserver(fn func(result string)) ReceiverOption {
 	return func(r *Receiver) { r.observe = fn }
 }
 
-// NewReceiver returns the webhook endpoint. notify is called, after a new
-// receipt committed, to wake the worker at once (Worker.Notify); it must not
-// block. nil means the worker only polls.
-func NewReceiver(pool *pgxpool.Pool, v *Verifier, logger *slog.Logger, now func() time.Time, notify func(), opts ...ReceiverOption) *Receiver {
-	r := &Receiver{pool: pool, verifier: v, logger: logger, now: now, notify: notify, observe: func(string) {}}
+// WithNotify calls fn after a new receipt committed, to wake the worker at
+// once (Worker.Notify); it must not block. The default is none: the worker
+// finds the receipt at its next poll.
+func WithNotify(fn func()) ReceiverOption {
+	return func(r *Receiver) { r.notify = fn }
+}
+
+// NewReceiver returns the webhook endpoint, which checks deliveries with v.
+func NewReceiver(pool *pgxpool.Pool, v *Verifier, logger *slog.Logger, now func() time.Time, opts ...ReceiverOption) *Receiver {
+	r := &Receiver{pool: pool, verifier: v, logger: logger, now: now, observe: func(string) {}}
 	for _, o := range opts {
 		o(r)
 	}

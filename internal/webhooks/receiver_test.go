@@ -174,6 +174,26 @@ func TestDrill5_SameWebhookThreeTimes(t *testing.T) {
 	}
 }
 
+// A new receipt wakes the worker (WithNotify) once it is stored; a
+// duplicate and a refused delivery store nothing and wake nobody.
+func TestNewReceiptWakesTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.payment(t, payments.StatusPending)
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	wantReceived(t, b.deliver(t, "msg_wake", body), false)
+	if n := b.notified.Load(); n != 1 {
+		t.Fatalf("wake-ups after a new receipt = %d, want 1", n)
+	}
+	wantReceived(t, b.deliver(t, "msg_wake", body), true)
+	if r := b.post(t, signedHeaders("msg_other", b.clock.Now().Unix(), body, b.unknown), body); r.Status != http.StatusUnauthorized {
+		t.Fatalf("delivery signed with an unknown secret: status %d, want 401", r.Status)
+	}
+	if n := b.notified.Load(); n != 1 {
+		t.Fatalf("wake-ups after a duplicate and a refused delivery = %d, want still 1", n)
+	}
+}
+
 // Concurrent copies of one delivery: exactly one is new.
 func TestConcurrentDuplicateDeliveries(t *testing.T) {
 	t.Parallel()

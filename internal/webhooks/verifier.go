@@ -25,7 +25,7 @@ const (
 )
 
 // DefaultTolerance is how far a delivery's timestamp may be from our clock,
-// either way, when NewVerifier is given zero.
+// either way, unless WithTolerance says otherwise.
 const DefaultTolerance = 5 * time.Minute
 
 // maxSignatures bounds the signatures of one delivery that are checked.
@@ -43,22 +43,38 @@ type Verifier struct {
 	now       func() time.Time
 }
 
+// VerifierOption configures a Verifier.
+type VerifierOption func(*Verifier)
+
+// WithTolerance accepts deliveries stamped within d of now, either way
+// (default DefaultTolerance, 5 minutes; zero keeps the default, and
+// NewVerifier refuses a negative d).
+func WithTolerance(d time.Duration) VerifierOption {
+	return func(v *Verifier) {
+		if d != 0 {
+			v.tolerance = d
+		}
+	}
+}
+
 // NewVerifier returns a Verifier that accepts a delivery signed with any of
 // secrets, each "whsec_<base64 of the key>" (several while a secret rotates),
-// and stamped within tolerance of now (zero means DefaultTolerance). now is
-// time.Now when nil.
-func NewVerifier(secrets []string, tolerance time.Duration, now func() time.Time) (*Verifier, error) {
+// and stamped within DefaultTolerance of now unless WithTolerance says
+// otherwise. now is time.Now when nil. It fails without a secret, on a
+// secret it cannot decode, and on a negative tolerance.
+func NewVerifier(secrets []string, now func() time.Time, opts ...VerifierOption) (*Verifier, error) {
+	if now == nil {
+		now = time.Now
+	}
+	v := &Verifier{tolerance: DefaultTolerance, now: now}
+	for _, o := range opts {
+		o(v)
+	}
 	if len(secrets) == 0 {
 		return nil, errors.New("webhook verifier: at least one secret is required")
 	}
-	if tolerance < 0 {
-		return nil, fmt.Errorf("webhook verifier: tolerance %v is negative", tolerance)
-	}
-	if tolerance == 0 {
-		tolerance = DefaultTolerance
-	}
-	if now == nil {
-		now = time.Now
+	if v.tolerance < 0 {
+		return nil, fmt.Errorf("webhook verifier: tolerance %v is negative", v.tolerance)
 	}
 	keys := make([][]byte, 0, len(secrets))
 	for i, s := range secrets {
@@ -69,7 +85,8 @@ func NewVerifier(secrets []string, tolerance time.Duration, now func() time.Time
 		}
 		keys = append(keys, k)
 	}
-	return &Verifier{keys: keys, tolerance: tolerance, now: now}, nil
+	v.keys = keys
+	return v, nil
 }
 
 // parseSecret decodes "whsec_<base64>" into the HMAC key.

@@ -21,6 +21,29 @@ func header(m map[string]string) http.Header {
 	return h
 }
 
+// WithTolerance replaces the default five minutes, both ways.
+func TestVerifierTolerance(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	cur, key := secret(t, "current")
+	v, err := webhooks.NewVerifier([]string{cur}, clk.Now, webhooks.WithTolerance(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_1"}`)
+	now := clk.Now().Unix()
+	for _, c := range []struct {
+		stamp int64
+		ok    bool
+	}{{now - 60, true}, {now + 60, true}, {now - 61, false}, {now + 61, false}} {
+		ts := strconv.FormatInt(c.stamp, 10)
+		err := v.Verify(header(map[string]string{"webhook-id": "msg_1", "webhook-timestamp": ts, "webhook-signature": sign(key, "msg_1", ts, body)}), body)
+		if c.ok != (err == nil) {
+			t.Errorf("stamped %+ds with a 1 minute tolerance: Verify = %v, want ok %v", c.stamp-now, err, c.ok)
+		}
+	}
+}
+
 func TestNewVerifierRefusesBadConfiguration(t *testing.T) {
 	t.Parallel()
 	good, _ := secret(t, "good")
@@ -37,7 +60,7 @@ func TestNewVerifierRefusesBadConfiguration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v, err := webhooks.NewVerifier(tc.secrets, tc.tolerance, time.Now)
+			v, err := webhooks.NewVerifier(tc.secrets, time.Now, webhooks.WithTolerance(tc.tolerance))
 			if err == nil || v != nil {
 				t.Fatalf("NewVerifier = %v, %v; want an error", v, err)
 			}
@@ -59,7 +82,7 @@ func TestVerify(t *testing.T) {
 	cur, curKey := secret(t, "current")
 	old, oldKey := secret(t, "old")
 	_, unknownKey := secret(t, "unknown")
-	v, err := webhooks.NewVerifier([]string{cur, old}, 0, clk.Now) // 0: the default, 5 minutes
+	v, err := webhooks.NewVerifier([]string{cur, old}, clk.Now) // the default tolerance, 5 minutes
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,16 +55,24 @@ func ProcessResults() []string {
 type WorkerOption func(*Worker)
 
 // WithApplyObserver reports the result of every receipt a round processed,
-// after the round committed (a round that rolls back reports nothing).
+// after the round committed (a round that rolls back reports nothing)
+// (default none).
 func WithApplyObserver(fn func(result string)) WorkerOption {
 	return func(w *Worker) { w.observe = fn }
 }
 
-// NewWorker returns a worker. Pass its Notify to NewReceiver so a new receipt
-// wakes Run at once. events is told after a round that applied receipts
-// committed: applying a charge or refund appends its event.
-func NewWorker(pool *pgxpool.Pool, pay *payments.Service, events *outbox.Signal, logger *slog.Logger, now func() time.Time, opts ...WorkerOption) *Worker {
-	w := &Worker{pool: pool, pay: pay, events: events, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}}
+// WithSignal tells s after a round that applied receipts committed:
+// applying a charge or refund appends its event, and s wakes the outbox
+// dispatcher of this process (outbox.WithSignal). The default is none: the
+// dispatchers find the events at their next poll.
+func WithSignal(s *outbox.Signal) WorkerOption {
+	return func(w *Worker) { w.events = s }
+}
+
+// NewWorker returns a worker. Pass its Notify to NewReceiver (WithNotify) so
+// a new receipt wakes Run at once.
+func NewWorker(pool *pgxpool.Pool, pay *payments.Service, logger *slog.Logger, now func() time.Time, opts ...WorkerOption) *Worker {
+	w := &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}}
 	for _, o := range opts {
 		o(w)
 	}
