@@ -159,9 +159,15 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
 		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
-	var sim *demo.Simulator // nil: no provider to ask for its ledger or faults
-	if cfg.PSPURL != "" {
-		sim = demo.NewSimulator(cfg.PSPURL, demo.WithAPIKey(cfg.PSPAPIKey), demo.WithTimeout(cfg.PSPTimeout))
+	demoOpts := []demo.HandlerOption{
+		demo.WithDemoMode(cfg.DemoMode),
+		demo.WithReplay(func(ctx context.Context, id uuid.UUID) error {
+			_, err := a.outboxAdmin.Replay(ctx, id)
+			return err
+		}),
+	}
+	if cfg.PSPURL != "" { // without one there is no provider to ask for its ledger or faults
+		demoOpts = append(demoOpts, demo.WithSimulator(demo.NewSimulator(cfg.PSPURL, demo.WithAPIKey(cfg.PSPAPIKey), demo.WithTimeout(cfg.PSPTimeout))))
 	}
 	if a.sweeper, err = newSweeper(pool, cfg, idem, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
@@ -176,10 +182,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		Events:   outbox.NewHandler(pool),
 		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
-		Demo: demo.NewHandler(cfg.DemoMode, pool, orderSvc, a.payments, sim, func(ctx context.Context, id uuid.UUID) error {
-			_, err := a.outboxAdmin.Replay(ctx, id)
-			return err
-		}, logger),
+		Demo:        demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
 		OutboxAdmin: outbox.NewAdminHandler(a.outboxAdmin),
 		AdminToken:  cfg.AdminToken,
 		Metrics:     m.Handler(),

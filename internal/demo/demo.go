@@ -69,16 +69,39 @@ type Handler struct {
 	logger   *slog.Logger
 }
 
-// NewHandler returns the demo handler. enabled is the service's demo mode:
-// when false, every endpoint answers 404 and Chaos refuses its header. The
-// handler owns no table: it reads orders through orderSvc, payments and
-// refunds through paySvc and events through the outbox, on pool. sim
-// reaches the payment provider's ledger and faults, when the provider is the
-// simulator; nil (no provider to ask) makes charge counts null and faults
-// unavailable. replay republishes an outbox event; nil hides the replay
-// control.
-func NewHandler(enabled bool, pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, sim *Simulator, replay ReplayFunc, logger *slog.Logger) *Handler {
-	return &Handler{enabled: enabled, pool: pool, orders: orderSvc, payments: paySvc, sim: sim, replay: replay, logger: logger}
+// HandlerOption configures a Handler.
+type HandlerOption func(*Handler)
+
+// WithDemoMode turns the demo endpoints and the chaos header on when
+// enabled is true: the service's demo mode (DEMO_MODE). The default is off:
+// every endpoint answers 404 and Chaos refuses its header.
+func WithDemoMode(enabled bool) HandlerOption {
+	return func(h *Handler) { h.enabled = enabled }
+}
+
+// WithSimulator reaches the payment provider's ledger and faults through
+// sim, when the provider is the simulator. The default is none (no provider
+// to ask): charge counts are null and faults unavailable.
+func WithSimulator(sim *Simulator) HandlerOption {
+	return func(h *Handler) { h.sim = sim }
+}
+
+// WithReplay republishes outbox events with replay for POST
+// /demo/events/{id}/replay. The default is none: GET /demo hides the replay
+// control and the endpoint answers 404.
+func WithReplay(replay ReplayFunc) HandlerOption {
+	return func(h *Handler) { h.replay = replay }
+}
+
+// NewHandler returns the demo handler, off unless WithDemoMode turns it on.
+// The handler owns no table: it reads orders through orderSvc, payments and
+// refunds through paySvc and events through the outbox, on pool.
+func NewHandler(pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, logger *slog.Logger, opts ...HandlerOption) *Handler {
+	h := &Handler{pool: pool, orders: orderSvc, payments: paySvc, logger: logger}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // paymentMethods are the simulator's test cards, which the demo UI offers:

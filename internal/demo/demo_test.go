@@ -111,7 +111,7 @@ func notSimulator(t *testing.T) *demo.Simulator {
 
 func TestChaosLoseResponse(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
 	_, _, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err == nil {
 		t.Fatal("the response arrived; want the connection closed without an answer")
@@ -127,7 +127,7 @@ func TestChaosLoseResponse(t *testing.T) {
 
 func TestChaosLosesErrorAnswersToo(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
 	// A 404 of the router is an answer like any other: it is lost too.
 	if _, _, err := send(t, srv, "POST", "/v1/nothing", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse}); err == nil {
 		t.Fatal("the error answer arrived; want the connection closed")
@@ -136,7 +136,7 @@ func TestChaosLosesErrorAnswersToo(t *testing.T) {
 
 func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(false, nil, nil, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger()))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 
 func TestChaosUnknownValue(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: "set-fire"})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 	t.Parallel()
 	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
 	_, sim := newPSP(t)
-	srv, _ := server(t, demo.NewHandler(false, nil, nil, nil, sim, replay, logger()))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithSimulator(sim), demo.WithReplay(replay)))
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/demo", ""},
 		{"GET", "/demo/faults", ""},
@@ -186,7 +186,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, nil, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "GET", "/demo", "", nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %v %s", err, body)
@@ -219,7 +219,7 @@ func TestStatusAsksTheProvider(t *testing.T) {
 		{"not a simulator", notSimulator(t), false},
 		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, demo.WithAPIKey("sk_sim_wrong")), false},
 	} {
-		srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, tc.sim, nil, logger()))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(tc.sim)))
 		res, body, err := send(t, srv, "GET", "/demo", "", nil)
 		if err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: GET /demo: %v %s", tc.name, err, body)
@@ -236,7 +236,7 @@ func TestSetFaults(t *testing.T) {
 	if err := psp.SetFaults(pspsim.Faults{LatencyMS: 7, FailNext: 2}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, sim, nil, logger()))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("PUT /demo/faults: %v %s", err, body)
@@ -267,7 +267,7 @@ func TestSetFaults(t *testing.T) {
 func TestWithoutSimulatorOrReplay(t *testing.T) {
 	t.Parallel()
 	for _, sim := range []*demo.Simulator{nil, notSimulator(t)} {
-		srv, _ := server(t, demo.NewHandler(true, nil, nil, nil, sim, nil, logger()))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
 		for _, r := range []struct{ method, path, body string }{
 			{"GET", "/demo/faults", ""},
 			{"PUT", "/demo/faults", `{"drop_next":1}`},

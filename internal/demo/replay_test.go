@@ -59,7 +59,7 @@ func TestReplayEvent(t *testing.T) {
 		replayed = append(replayed, id)
 		return fail
 	}
-	h := demo.NewHandler(true, pool, nil, nil, nil, replay, logger())
+	h := demo.NewHandler(pool, nil, nil, logger(), demo.WithDemoMode(true), demo.WithReplay(replay))
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		var pe *problem.Error
