@@ -251,11 +251,9 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		return nil
 	}
 	if cfg.OutboxDispatcher {
-		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, outbox.DispatcherConfig{
-			PollInterval: cfg.OutboxPollInterval,
-			MaxAttempts:  cfg.OutboxMaxAttempts,
-		}, logger.With("component", "outbox"), now, o.outboxHooks,
-			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events)); err != nil {
+		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
+			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
+			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
 			return err
 		}
 	}

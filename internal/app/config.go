@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
@@ -118,10 +119,12 @@ type Config struct {
 	// (OUTBOX_DISPATCHER, default true; any number of processes may).
 	OutboxDispatcher bool
 	// OutboxPollInterval is the dispatcher's polling backstop of
-	// LISTEN/NOTIFY (OUTBOX_POLL_INTERVAL, default 1s).
+	// LISTEN/NOTIFY (OUTBOX_POLL_INTERVAL, default outbox.DefaultPollInterval,
+	// 1s).
 	OutboxPollInterval time.Duration
 	// OutboxMaxAttempts is after how many failed publishes an event is
-	// stuck until an operator retries it (OUTBOX_MAX_ATTEMPTS, default 10).
+	// stuck until an operator retries it (OUTBOX_MAX_ATTEMPTS, default
+	// outbox.DefaultMaxAttempts, 10).
 	OutboxMaxAttempts int
 	// FulfillmentConsumer runs the fulfillment consumer in this process
 	// (FULFILLMENT_CONSUMER, default true).
@@ -178,8 +181,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", 2*time.Minute),
 		NATSStreamMaxAge:    r.duration("NATS_STREAM_MAX_AGE", 7*24*time.Hour),
 		OutboxDispatcher:    r.boolean("OUTBOX_DISPATCHER", true),
-		OutboxPollInterval:  r.duration("OUTBOX_POLL_INTERVAL", time.Second),
-		OutboxMaxAttempts:   r.integer("OUTBOX_MAX_ATTEMPTS", 10, 1, 1000),
+		OutboxPollInterval:  r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval),
+		OutboxMaxAttempts:   r.integer("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, 1, 1000),
 		FulfillmentConsumer: r.boolean("FULFILLMENT_CONSUMER", true),
 		AdminToken:          getenv("ADMIN_TOKEN"),
 	}

@@ -100,7 +100,7 @@ func TestDrill6SameEventPublishedTwice(t *testing.T) {
 		mu      sync.Mutex
 		crashed bool
 	)
-	d := b.dispatcher(t, fastDispatcherConfig(), outbox.DispatcherHooks{AfterPublish: func([]uuid.UUID) error {
+	d := b.dispatcher(t, outbox.WithHooks(outbox.DispatcherHooks{AfterPublish: func([]uuid.UUID) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if !crashed {
@@ -108,7 +108,7 @@ func TestDrill6SameEventPublishedTwice(t *testing.T) {
 			return errors.New("crash before marking published")
 		}
 		return nil
-	}})
+	}}))
 	order, event := b.paidOrder(t, line{skuMug, 1})
 	ctx := context.Background()
 	if _, err := d.DispatchOnce(ctx); err == nil {

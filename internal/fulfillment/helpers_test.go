@@ -98,20 +98,17 @@ func setup(t *testing.T, streams broker.StreamsConfig) *testBundle {
 	return b
 }
 
-func fastDispatcherConfig() outbox.DispatcherConfig {
-	return outbox.DispatcherConfig{
-		PollInterval:   50 * time.Millisecond,
-		PublishTimeout: 500 * time.Millisecond,
-		BackoffBase:    20 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-		MaxAttempts:    1000,
-	}
-}
-
-// dispatcher returns a dispatcher closed when the test ends.
-func (b *testBundle) dispatcher(t *testing.T, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
+// dispatcher returns a dispatcher that reacts within milliseconds (opts
+// come after, so they override that), closed when the test ends.
+func (b *testBundle) dispatcher(t *testing.T, opts ...outbox.DispatcherOption) *outbox.Dispatcher {
 	t.Helper()
-	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.Now, hooks)
+	opts = append([]outbox.DispatcherOption{
+		outbox.WithPollInterval(50 * time.Millisecond),
+		outbox.WithPublishTimeout(500 * time.Millisecond),
+		outbox.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
+		outbox.WithMaxAttempts(1000),
+	}, opts...)
+	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, b.logger, b.clock.Now, opts...)
 	if err != nil {
 		t.Fatalf("new dispatcher: %v", err)
 	}
@@ -122,7 +119,7 @@ func (b *testBundle) dispatcher(t *testing.T, cfg outbox.DispatcherConfig, hooks
 // runDispatcher runs a fast dispatcher until the test ends.
 func (b *testBundle) runDispatcher(t *testing.T) {
 	t.Helper()
-	d := b.dispatcher(t, fastDispatcherConfig(), outbox.DispatcherHooks{})
+	d := b.dispatcher(t)
 	runUntilCleanup(t, d.Run)
 }
 

@@ -27,7 +27,8 @@ const (
 	// StatusRetrying: not published yet, at least one failed attempt; the
 	// dispatcher tries again at next_attempt_at.
 	StatusRetrying = "retrying"
-	// StatusStuck: MaxAttempts failed attempts; waits for an operator.
+	// StatusStuck: the dispatcher's maximum of failed attempts
+	// (WithMaxAttempts); waits for an operator.
 	StatusStuck = "stuck"
 	// StatusPublished: the broker acknowledged it.
 	StatusPublished = "published"

@@ -29,70 +29,56 @@ const NotifyChannel = "oncepay_outbox"
 // maxErrorLen bounds last_error.
 const maxErrorLen = 1000
 
-// DispatcherConfig tunes a Dispatcher. Zero values take the defaults named
-// on each field.
-type DispatcherConfig struct {
-	// BatchSize is how many rows one claim takes (default 500). A batch is
-	// published with asynchronous publishes and marked published with one
-	// UPDATE, so larger batches mean fewer round trips.
-	BatchSize int
-	// Lease is how long a claimed row stays the claimer's (default 30s). It
-	// must comfortably exceed PublishTimeout: a row whose lease runs out
-	// while it is still being published is claimed and published again by
-	// another dispatcher (harmless, but wasted).
-	Lease time.Duration
-	// PollInterval is the backstop for lost notifications and the cadence
-	// at which rows in backoff are retried (default 1s).
-	PollInterval time.Duration
-	// PublishTimeout bounds the wait for a batch's PubAcks (default 10s).
-	// A row without its PubAck by then counts as a failed attempt.
-	PublishTimeout time.Duration
-	// MaxAttempts is the number of failed attempts after which a row is
-	// stuck (default 10): it is no longer retried automatically, it shows
-	// as stuck in GET /v1/events and in the log, and an operator retries it
-	// with Retry.
-	MaxAttempts int
-	// Concurrency is the number of claim-publish-mark loops one dispatcher
-	// runs (default 2). Two loops overlap one batch's database work with
-	// the other's publishing; they claim disjoint rows like separate
-	// dispatchers do.
-	Concurrency int
-	// BackoffBase and BackoffMax shape the wait after a failed attempt:
-	// BackoffBase * 2^(attempts-1), capped at BackoffMax, with jitter
-	// (defaults 1s and 5m).
-	BackoffBase time.Duration
-	BackoffMax  time.Duration
+// dispatcherConfig is what the options tune. Zero values take the defaults
+// the options name (withDefaults).
+type dispatcherConfig struct {
+	batchSize      int
+	lease          time.Duration
+	pollInterval   time.Duration
+	publishTimeout time.Duration
+	maxAttempts    int
+	concurrency    int
+	backoffBase    time.Duration
+	backoffMax     time.Duration
 }
 
-func (c DispatcherConfig) withDefaults() DispatcherConfig {
-	if c.BatchSize <= 0 {
-		c.BatchSize = 500
+// The defaults of the options that the service's configuration also sets
+// (OUTBOX_POLL_INTERVAL, OUTBOX_MAX_ATTEMPTS).
+const (
+	DefaultPollInterval = time.Second
+	DefaultMaxAttempts  = 10
+)
+
+func (c dispatcherConfig) withDefaults() dispatcherConfig {
+	if c.batchSize <= 0 {
+		c.batchSize = 500
 	}
-	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+	if c.lease <= 0 {
+		c.lease = 30 * time.Second
 	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+	if c.pollInterval <= 0 {
+		c.pollInterval = DefaultPollInterval
 	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 10 * time.Second
+	if c.publishTimeout <= 0 {
+		c.publishTimeout = 10 * time.Second
 	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 10
+	if c.maxAttempts <= 0 {
+		c.maxAttempts = DefaultMaxAttempts
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 2
+	if c.concurrency <= 0 {
+		c.concurrency = 2
 	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = time.Second
+	if c.backoffBase <= 0 {
+		c.backoffBase = time.Second
 	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 5 * time.Minute
+	if c.backoffMax <= 0 {
+		c.backoffMax = 5 * time.Minute
 	}
 	return c
 }
 
-// DispatcherHooks inject faults for the failure drills; nil in production.
+// DispatcherHooks inject faults for the failure drills (WithHooks); nil in
+// production.
 type DispatcherHooks struct {
 	// AfterPublish runs after the broker acknowledged the published rows of
 	// a batch and before they are marked published. An error stops the
@@ -107,7 +93,7 @@ const (
 	// recognised it as a duplicate inside its window).
 	AttemptPublished = "published"
 	// AttemptFailed: no PubAck (no connection, no stream, an error from the
-	// broker, or none within PublishTimeout); the row gets an attempt, an
+	// broker, or none within the publish timeout); the row gets an attempt, an
 	// error and a backoff, or becomes stuck.
 	AttemptFailed = "failed"
 )
@@ -115,11 +101,58 @@ const (
 // AttemptResults lists every result of a publish attempt.
 func AttemptResults() []string { return []string{AttemptPublished, AttemptFailed} }
 
-// DispatcherOption configures a Dispatcher.
+// DispatcherOption configures a Dispatcher. An option given a value that is
+// not positive keeps its default.
 type DispatcherOption func(*Dispatcher)
 
+// WithBatchSize is how many rows one claim takes (default 500). A batch is
+// published with asynchronous publishes and marked published with one
+// UPDATE, so larger batches mean fewer round trips.
+func WithBatchSize(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.batchSize = n } }
+
+// WithLease is how long a claimed row stays the claimer's (default 30s). It
+// must comfortably exceed the publish timeout: a row whose lease runs out
+// while it is still being published is claimed and published again by
+// another dispatcher (harmless, but wasted).
+func WithLease(l time.Duration) DispatcherOption { return func(d *Dispatcher) { d.cfg.lease = l } }
+
+// WithPollInterval is the backstop for lost notifications and the cadence
+// at which rows in backoff are retried (default DefaultPollInterval, 1s).
+func WithPollInterval(i time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.pollInterval = i }
+}
+
+// WithPublishTimeout bounds the wait for a batch's PubAcks (default 10s). A
+// row without its PubAck by then counts as a failed attempt.
+func WithPublishTimeout(t time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.publishTimeout = t }
+}
+
+// WithMaxAttempts is the number of failed attempts after which a row is
+// stuck (default DefaultMaxAttempts, 10): it is no longer retried
+// automatically, it shows as stuck in GET /v1/events and in the log, and an
+// operator retries it with Retry.
+func WithMaxAttempts(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.maxAttempts = n } }
+
+// WithConcurrency is the number of claim-publish-mark loops one dispatcher
+// runs (default 2). Two loops overlap one batch's database work with the
+// other's publishing; they claim disjoint rows like separate dispatchers do.
+func WithConcurrency(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.concurrency = n } }
+
+// WithBackoff shapes the wait after a failed attempt: base * 2^(attempts-1),
+// capped at max, with jitter (defaults 1s and 5m; each value that is not
+// positive keeps its default).
+func WithBackoff(base, max time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.backoffBase, d.cfg.backoffMax = base, max }
+}
+
+// WithHooks injects faults for the failure drills (DispatcherHooks). Only
+// tests set it: production code never does (default none).
+func WithHooks(h DispatcherHooks) DispatcherOption { return func(d *Dispatcher) { d.hooks = h } }
+
 // WithSignal makes s wake the dispatcher: the services of the same process
-// call s.Committed after a transaction that appended events committed.
+// call s.Committed after a transaction that appended events committed
+// (default none: the dispatcher polls and listens for notifications only).
 func WithSignal(s *Signal) DispatcherOption {
 	return func(d *Dispatcher) {
 		if s != nil {
@@ -133,7 +166,7 @@ func WithSignal(s *Signal) DispatcherOption {
 // called after the PubAcks are in and before the rows are marked, from the
 // dispatcher's loops (concurrently), and must not block; internal/app
 // connects it to metrics. Failed attempts are what a broker outage looks
-// like from here, long before an event is stuck.
+// like from here, long before an event is stuck. The default is none.
 func WithPublishObserver(fn func(result string, n int)) DispatcherOption {
 	return func(d *Dispatcher) {
 		if fn != nil {
@@ -172,7 +205,7 @@ type Dispatcher struct {
 	// (see NewDispatcher).
 	book   *pgxpool.Pool
 	js     jetstream.JetStream
-	cfg    DispatcherConfig
+	cfg    dispatcherConfig
 	logger *slog.Logger
 	now    func() time.Time
 	hooks  DispatcherHooks
@@ -183,11 +216,12 @@ type Dispatcher struct {
 	wake chan struct{}
 }
 
-// NewDispatcher returns a dispatcher that publishes with js. Call Run, and
-// Close after it returned. opts add observers (WithPublishObserver).
+// NewDispatcher returns a dispatcher that publishes with js, with the
+// defaults each option names unless opts say otherwise. Call Run, and Close
+// after it returned. It fails when it cannot configure its own pool.
 //
 // The dispatcher opens its own connections to pool's database (at most
-// Concurrency+1, and one more to listen), because all it writes is
+// WithConcurrency+1, and one more to listen), because all it writes is
 // bookkeeping of an at-least-once process, and those connections commit
 // with synchronous_commit off: no wait for the WAL flush, one round trip
 // per claim and per mark. If a crash of PostgreSQL loses the last few
@@ -197,25 +231,26 @@ type Dispatcher struct {
 // attempt goes uncounted. Nothing the business depends on is written on
 // them: the outbox rows themselves and the consumers' effects commit
 // synchronously on the service's pool.
-func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, cfg DispatcherConfig, logger *slog.Logger, now func() time.Time, hooks DispatcherHooks, opts ...DispatcherOption) (*Dispatcher, error) {
-	cfg = cfg.withDefaults()
-	pc := pool.Config() // a deep copy
-	pc.MinConns = 0
-	pc.MaxConns = int32(cfg.Concurrency) + 1 // #nosec G115 -- the concurrency is set in code (default 2), never near MaxInt32
-	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	pc.ConnConfig.RuntimeParams["application_name"] = "oncepay-outbox"
-	book, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
-	if err != nil {
-		return nil, fmt.Errorf("outbox dispatcher pool: %w", err)
-	}
+func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, logger *slog.Logger, now func() time.Time, opts ...DispatcherOption) (*Dispatcher, error) {
 	d := &Dispatcher{
-		pool: pool, book: book, js: js, cfg: cfg, logger: logger, now: now, hooks: hooks,
+		pool: pool, js: js, logger: logger, now: now,
 		observe: func(string, int) {},
 		wake:    make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(d)
 	}
+	d.cfg = d.cfg.withDefaults()
+	pc := pool.Config() // a deep copy
+	pc.MinConns = 0
+	pc.MaxConns = int32(d.cfg.concurrency) + 1 // #nosec G115 -- the concurrency is set in code (default 2), never near MaxInt32
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pc.ConnConfig.RuntimeParams["application_name"] = "oncepay-outbox"
+	book, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
+	if err != nil {
+		return nil, fmt.Errorf("outbox dispatcher pool: %w", err)
+	}
+	d.book = book
 	return d, nil
 }
 
@@ -238,7 +273,7 @@ func (d *Dispatcher) nowUTC() time.Time { return d.now().UTC().Truncate(time.Mic
 // Result counts what one DispatchOnce did.
 type Result struct {
 	// Claimed rows, published (acknowledged and marked) rows, and rows whose
-	// attempt failed. Stuck counts the failed rows that reached MaxAttempts.
+	// attempt failed. Stuck counts the failed rows that reached WithMaxAttempts.
 	Claimed, Published, Failed, Stuck int
 }
 
@@ -247,7 +282,7 @@ type Result struct {
 // a failed publish is not an error but a recorded attempt.
 //
 // Once a batch is claimed, DispatchOnce finishes it even when ctx is
-// cancelled, bounded by PublishTimeout: a shutdown does not leave rows
+// cancelled, bounded by the publish timeout: a shutdown does not leave rows
 // leased behind for a full lease.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	if err := ctx.Err(); err != nil {
@@ -261,8 +296,8 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
 		Now:        now,
-		MaxRows:    int32(d.cfg.BatchSize), // #nosec G115 -- the batch size is set in code (default 500), never near MaxInt32
-		LeaseUntil: now.Add(d.cfg.Lease),
+		MaxRows:    int32(d.cfg.batchSize), // #nosec G115 -- the batch size is set in code (default 500), never near MaxInt32
+		LeaseUntil: now.Add(d.cfg.lease),
 		Token:      token,
 	})
 	if err != nil {
@@ -272,7 +307,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	if len(rows) == 0 {
 		return res, nil
 	}
-	if len(rows) == d.cfg.BatchSize {
+	if len(rows) == d.cfg.batchSize {
 		// More rows are probably waiting: wake another loop to claim the
 		// next batch while this one publishes.
 		d.Notify()
@@ -280,7 +315,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	// UPDATE ... RETURNING keeps no order; publish oldest first.
 	slices.SortFunc(rows, func(a, b dbsqlc.OutboxEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.publishTimeout+5*time.Second)
 	defer cancel()
 	claimed := time.Now()
 	errs := d.publish(ctx, rows)
@@ -328,8 +363,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 }
 
 // publish sends rows with asynchronous publishes and waits for every
-// PubAck, at most PublishTimeout. errs[i] is nil when rows[i] was
-// acknowledged (stored, or recognised as a duplicate within the window).
+// PubAck, at most the publish timeout (WithPublishTimeout). errs[i] is nil
+// when rows[i] was acknowledged (stored, or recognised as a duplicate within
+// the window).
 func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []error {
 	errs := make([]error, len(rows))
 	futures := make([]jetstream.PubAckFuture, len(rows))
@@ -341,7 +377,7 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []e
 		}
 		futures[i] = f
 	}
-	wait, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
 	defer cancel()
 	for i, f := range futures {
 		if f == nil {
@@ -352,7 +388,7 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []e
 		case err := <-f.Err():
 			errs[i] = fmt.Errorf("publish: %w", err)
 		case <-wait.Done():
-			errs[i] = fmt.Errorf("no PubAck within %v", d.cfg.PublishTimeout)
+			errs[i] = fmt.Errorf("no PubAck within %v", d.cfg.publishTimeout)
 		}
 	}
 	return errs
@@ -367,8 +403,8 @@ func (d *Dispatcher) recordFailures(ctx context.Context, token uuid.UUID, rows [
 		attempts := int(rows[i].Attempts) + 1
 		p.Ids = append(p.Ids, rows[i].ID)
 		p.LastErrors = append(p.LastErrors, truncate(errs[i].Error(), maxErrorLen))
-		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.BackoffBase, d.cfg.BackoffMax, rand.Float64()))) // #nosec G404 -- backoff jitter; nothing depends on it being unpredictable
-		p.Stuck = append(p.Stuck, attempts >= d.cfg.MaxAttempts)
+		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.backoffBase, d.cfg.backoffMax, rand.Float64()))) // #nosec G404 -- backoff jitter; nothing depends on it being unpredictable
+		p.Stuck = append(p.Stuck, attempts >= d.cfg.maxAttempts)
 	}
 	recorded, err := dbsqlc.New(d.book).OutboxRecordFailures(ctx, p)
 	if err != nil {
@@ -402,12 +438,12 @@ func Backoff(attempts int, base, max time.Duration, jitter float64) time.Duratio
 	return d/2 + time.Duration(float64(d/2)*jitter)
 }
 
-// Run dispatches until ctx is cancelled, then returns nil. It runs
-// Concurrency loops. A loop starts a round at once, when a service of this
+// Run dispatches until ctx is cancelled, then returns nil. It runs as many
+// loops as WithConcurrency says. A loop starts a round at once, when a service of this
 // process signals a commit (WithSignal) or another process notifies
 // (LISTEN oncepay_outbox on a connection of its own; one wake-up wakes one
 // idle loop), when another loop claimed a full batch, and every
-// PollInterval otherwise. A round drains full
+// poll interval (WithPollInterval) otherwise. A round drains full
 // batches before it waits again. Losing the listening connection
 // is logged and repaired in the background; polling carries on meanwhile.
 func (d *Dispatcher) Run(ctx context.Context) error {
@@ -419,7 +455,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer func() { <-listenDone }()
 
 	var wg sync.WaitGroup
-	for range d.cfg.Concurrency {
+	for range d.cfg.concurrency {
 		wg.Go(func() { d.loop(ctx) })
 	}
 	wg.Wait()
@@ -427,13 +463,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 // loop runs rounds until ctx is cancelled: at once, when woken, and every
-// PollInterval.
+// poll interval.
 func (d *Dispatcher) loop(ctx context.Context) {
-	timer := time.NewTimer(d.cfg.PollInterval)
+	timer := time.NewTimer(d.cfg.pollInterval)
 	defer timer.Stop()
 	for {
 		d.round(ctx)
-		timer.Reset(d.cfg.PollInterval)
+		timer.Reset(d.cfg.pollInterval)
 		select {
 		case <-ctx.Done():
 			return
@@ -453,7 +489,7 @@ func (d *Dispatcher) round(ctx context.Context) {
 			}
 			return
 		}
-		if res.Claimed < d.cfg.BatchSize {
+		if res.Claimed < d.cfg.batchSize {
 			return
 		}
 	}

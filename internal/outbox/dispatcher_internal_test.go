@@ -14,7 +14,7 @@ import (
 func TestBookkeepingCommitsAsynchronouslyOnItsOwnConnections(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	d, err := NewDispatcher(pool, nil, DispatcherConfig{}, slog.New(slog.DiscardHandler), time.Now, DispatcherHooks{})
+	d, err := NewDispatcher(pool, nil, slog.New(slog.DiscardHandler), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,5 +29,47 @@ func TestBookkeepingCommitsAsynchronouslyOnItsOwnConnections(t *testing.T) {
 	}
 	if book != "off" || service != "on" {
 		t.Fatalf("synchronous_commit: dispatcher %q, service %q; want off, on", book, service)
+	}
+}
+
+// Without options a dispatcher runs with the defaults the options name,
+// and an option given a value that is not positive keeps its default.
+func TestDispatcherDefaultsAndOptions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	defaults := dispatcherConfig{
+		batchSize: 500, lease: 30 * time.Second, pollInterval: time.Second, publishTimeout: 10 * time.Second,
+		maxAttempts: 10, concurrency: 2, backoffBase: time.Second, backoffMax: 5 * time.Minute,
+	}
+	set := dispatcherConfig{
+		batchSize: 7, lease: time.Minute, pollInterval: 2 * time.Second, publishTimeout: 3 * time.Second,
+		maxAttempts: 4, concurrency: 5, backoffBase: 6 * time.Second, backoffMax: 7 * time.Minute,
+	}
+	for _, c := range []struct {
+		name string
+		opts []DispatcherOption
+		want dispatcherConfig
+	}{
+		{"no options", nil, defaults},
+		{"not positive", []DispatcherOption{
+			WithBatchSize(0), WithLease(-1), WithPollInterval(0), WithPublishTimeout(0),
+			WithMaxAttempts(-1), WithConcurrency(0), WithBackoff(0, -1),
+		}, defaults},
+		{"options", []DispatcherOption{
+			WithBatchSize(7), WithLease(time.Minute), WithPollInterval(2 * time.Second), WithPublishTimeout(3 * time.Second),
+			WithMaxAttempts(4), WithConcurrency(5), WithBackoff(6*time.Second, 7*time.Minute),
+		}, set},
+	} {
+		d, err := NewDispatcher(pool, nil, slog.New(slog.DiscardHandler), time.Now, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		if d.cfg != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, d.cfg, c.want)
+		}
+		if got, want := d.book.Config().MaxConns, int32(c.want.concurrency)+1; got != want {
+			t.Errorf("%s: the dispatcher's own pool holds %d connections, want %d (one per loop, one more)", c.name, got, want)
+		}
 	}
 }

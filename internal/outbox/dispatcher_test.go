@@ -22,7 +22,7 @@ import (
 func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	run(t, b.dispatcher(t, b.pool, b.nats.JS, fastConfig(), outbox.DispatcherHooks{}))
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast()...))
 	id := b.appendEvent(t, "order.created")
 	testkit.WaitFor(t, 10*time.Second, "the event to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, id) == 1
@@ -62,9 +62,7 @@ func TestDispatcherPublishesWithEventIDAsMessageID(t *testing.T) {
 func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg := fastConfig()
-	cfg.PollInterval = time.Hour
-	run(t, b.dispatcher(t, b.pool, b.nats.JS, cfg, outbox.DispatcherHooks{}))
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithPollInterval(time.Hour))...))
 	ctx := context.Background()
 
 	late, err := b.pool.Begin(ctx)
@@ -104,11 +102,10 @@ func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 func TestThreeDispatchersPublishEveryEventOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg := fastConfig()
-	cfg.BatchSize = 25 // small batches make the dispatchers interleave
+	opts := fast(outbox.WithBatchSize(25)) // small batches make the dispatchers interleave
 	for range 3 {
 		_, js := brokertest.Connect(t, b.nats.URL(), b.logger)
-		run(t, b.dispatcher(t, testkit.AnotherPool(t, b.pool), js, cfg, outbox.DispatcherHooks{}))
+		run(t, b.dispatcher(t, testkit.AnotherPool(t, b.pool), js, opts...))
 	}
 
 	const producers, perProducer = 10, 30
@@ -161,7 +158,7 @@ func TestThreeDispatchersPublishEveryEventOnce(t *testing.T) {
 func TestDispatcherWaitsOutABrokerOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	run(t, b.dispatcher(t, b.pool, b.nats.JS, fastConfig(), outbox.DispatcherHooks{}))
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast()...))
 	b.nats.Stop()
 
 	var ids []uuid.UUID
@@ -205,8 +202,7 @@ func TestDrill6DispatcherDiesAfterPublishBeforeMark(t *testing.T) {
 		}
 		return nil
 	}}
-	cfg := fastConfig()
-	d := b.dispatcher(t, b.pool, b.nats.JS, cfg, hooks)
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithHooks(hooks))...)
 	id := b.appendEvent(t, "order.created")
 	ctx := context.Background()
 
@@ -235,10 +231,7 @@ func TestDrill6DispatcherDiesAfterPublishBeforeMark(t *testing.T) {
 func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg := fastConfig()
-	cfg.MaxAttempts = 2
-	cfg.PublishTimeout = 200 * time.Millisecond
-	d := b.dispatcher(t, b.pool, b.nats.JS, cfg, outbox.DispatcherHooks{})
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithMaxAttempts(2), outbox.WithPublishTimeout(200*time.Millisecond))...)
 	admin := outbox.NewAdmin(b.pool, b.nats.JS, b.logger)
 	ctx := context.Background()
 	b.nats.Stop()
@@ -317,14 +310,13 @@ func TestPublishObserverCountsFailedAndPublishedAttempts(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
 	seen := map[string]int{}
-	cfg := fastConfig()
-	cfg.PublishTimeout = 200 * time.Millisecond
-	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, cfg, b.logger, b.clock.Now, outbox.DispatcherHooks{},
+	d, err := outbox.NewDispatcher(b.pool, b.nats.JS, b.logger, b.clock.Now, fast(
+		outbox.WithPublishTimeout(200*time.Millisecond),
 		outbox.WithPublishObserver(func(result string, n int) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[result] += n
-		}))
+		}))...)
 	if err != nil {
 		t.Fatal(err)
 	}

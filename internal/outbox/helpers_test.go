@@ -41,21 +41,22 @@ func setup(t *testing.T) *testBundle {
 	return b
 }
 
-// fastConfig makes a dispatcher react within milliseconds.
-func fastConfig() outbox.DispatcherConfig {
-	return outbox.DispatcherConfig{
-		PollInterval:   50 * time.Millisecond,
-		PublishTimeout: 500 * time.Millisecond,
-		BackoffBase:    20 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-		MaxAttempts:    1000,
-	}
+// fast makes a dispatcher react within milliseconds; opts come after, so
+// they override it.
+func fast(opts ...outbox.DispatcherOption) []outbox.DispatcherOption {
+	return append([]outbox.DispatcherOption{
+		outbox.WithPollInterval(50 * time.Millisecond),
+		outbox.WithPublishTimeout(500 * time.Millisecond),
+		outbox.WithBackoff(20*time.Millisecond, 200*time.Millisecond),
+		outbox.WithMaxAttempts(1000),
+	}, opts...)
 }
 
-// dispatcher returns a dispatcher closed when the test ends.
-func (b *testBundle) dispatcher(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, cfg outbox.DispatcherConfig, hooks outbox.DispatcherHooks) *outbox.Dispatcher {
+// dispatcher returns a dispatcher woken by b.events, closed when the test
+// ends.
+func (b *testBundle) dispatcher(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, opts ...outbox.DispatcherOption) *outbox.Dispatcher {
 	t.Helper()
-	d, err := outbox.NewDispatcher(pool, js, cfg, b.logger, b.clock.Now, hooks, outbox.WithSignal(b.events))
+	d, err := outbox.NewDispatcher(pool, js, b.logger, b.clock.Now, append(opts, outbox.WithSignal(b.events))...)
 	if err != nil {
 		t.Fatalf("new dispatcher: %v", err)
 	}

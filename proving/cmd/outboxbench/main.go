@@ -233,7 +233,7 @@ func burnDown(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.
 	cpu0 := probe.sample()
 	start := time.Now()
 	for range cfg.dispatchers {
-		d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{BatchSize: cfg.batch}, logger, time.Now, outbox.DispatcherHooks{})
+		d, err := outbox.NewDispatcher(pool, js, logger, time.Now, outbox.WithBatchSize(cfg.batch))
 		if err != nil {
 			stop()
 			wg.Wait()
@@ -311,7 +311,7 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 		return 0, err
 	}
 	events := outbox.NewSignal() // as in api serve: the committer wakes its dispatcher
-	d, err := outbox.NewDispatcher(pool, js, outbox.DispatcherConfig{}, logger, time.Now, outbox.DispatcherHooks{}, outbox.WithSignal(events))
+	d, err := outbox.NewDispatcher(pool, js, logger, time.Now, outbox.WithSignal(events))
 	if err != nil {
 		return 0, err
 	}
