@@ -237,19 +237,6 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
 	}
-	// The drills' hooks, with the metrics observing the consumer's commits.
-	fulfillmentHooks := o.fulfillmentHooks
-	fulfillmentHooks.AfterCommit = func(id string, outcome fulfillment.Outcome) error {
-		result := consumedProcessed
-		if outcome == fulfillment.Duplicate {
-			result = consumedDuplicate
-		}
-		m.Consumed(fulfillment.Subscriber, result)
-		if h := o.fulfillmentHooks.AfterCommit; h != nil {
-			return h(id, outcome)
-		}
-		return nil
-	}
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
@@ -258,7 +245,15 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		}
 	}
 	if cfg.FulfillmentConsumer {
-		a.fulfillment = fulfillment.New(a.pool, js, orderSvc, fulfillment.Config{}, logger.With("component", "fulfillment"), now, fulfillmentHooks)
+		a.fulfillment = fulfillment.New(a.pool, js, orderSvc, logger.With("component", "fulfillment"), now,
+			fulfillment.WithCommitObserver(func(_ string, outcome fulfillment.Outcome) {
+				result := consumedProcessed
+				if outcome == fulfillment.Duplicate {
+					result = consumedDuplicate
+				}
+				m.Consumed(fulfillment.Subscriber, result)
+			}),
+			fulfillment.WithHooks(o.fulfillmentHooks))
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}

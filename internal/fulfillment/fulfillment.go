@@ -85,51 +85,43 @@ const (
 	KindRefund    = "refund"
 )
 
-// Config tunes the consumer. Zero values take the defaults named on each
-// field; the durable consumer is declared with them (see ConsumerConfig).
-type Config struct {
-	// AckWait is how long JetStream waits for an ack before it delivers the
-	// message again (default 30s). A handler that commits and dies before
-	// its ack is redelivered after it.
-	AckWait time.Duration
-	// MaxDeliver bounds the deliveries of one message (default 10). A
-	// message that failed that often is logged as an error and left in the
-	// stream; after the cause is fixed, an operator replays its event.
-	MaxDeliver int
-	// MaxAckPending bounds unacknowledged messages in flight (default 1000).
-	MaxAckPending int
-	// Workers is the number of messages processed concurrently (default 4),
-	// each on its own pull subscription of the durable consumer.
-	Workers int
-	// ProcessTimeout bounds one message's transaction (default 10s).
-	ProcessTimeout time.Duration
+// config is what the options tune. Zero values take the defaults the
+// options name (withDefaults); the durable consumer is declared with them
+// (see ConsumerConfig).
+type config struct {
+	ackWait        time.Duration
+	maxDeliver     int
+	maxAckPending  int
+	workers        int
+	processTimeout time.Duration
 }
 
-func (c Config) withDefaults() Config {
-	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+func (c config) withDefaults() config {
+	if c.ackWait <= 0 {
+		c.ackWait = 30 * time.Second
 	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 10
+	if c.maxDeliver == 0 {
+		c.maxDeliver = 10
 	}
-	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = 1000
+	if c.maxAckPending <= 0 {
+		c.maxAckPending = 1000
 	}
-	if c.Workers <= 0 {
-		c.Workers = 4
+	if c.workers <= 0 {
+		c.workers = 4
 	}
-	if c.ProcessTimeout <= 0 {
-		c.ProcessTimeout = 10 * time.Second
+	if c.processTimeout <= 0 {
+		c.processTimeout = 10 * time.Second
 	}
 	return c
 }
 
-// Hooks inject faults for the failure drills and let tests and the
-// benchmark observe processing; nil in production.
+// Hooks inject faults for the failure drills (WithHooks). Only tests set
+// them: production code never does.
 type Hooks struct {
 	// AfterCommit runs after a message's transaction committed (or found a
 	// duplicate) and before the ack. An error skips the ack, as a crash
-	// would (drill 4): JetStream delivers the message again after AckWait.
+	// would (drill 4): JetStream delivers the message again after the ack
+	// wait (WithAckWait).
 	AfterCommit func(messageID string, outcome Outcome) error
 }
 
@@ -138,20 +130,73 @@ type Consumer struct {
 	pool   *pgxpool.Pool
 	js     jetstream.JetStream
 	orders *orders.Service
-	cfg    Config
+	cfg    config
 	logger *slog.Logger
 	now    func() time.Time
-	hooks  Hooks
+	// observe sees every processed message (WithCommitObserver).
+	observe func(messageID string, outcome Outcome)
+	hooks   Hooks
 }
 
-// New returns the consumer, which ships orders through orderSvc. Declare it
-// at start; Run consumes.
-func New(pool *pgxpool.Pool, js jetstream.JetStream, orderSvc *orders.Service, cfg Config, logger *slog.Logger, now func() time.Time, hooks Hooks) *Consumer {
-	return &Consumer{pool: pool, js: js, orders: orderSvc, cfg: cfg.withDefaults(), logger: logger, now: now, hooks: hooks}
+// ConsumerOption configures a Consumer. An option given a value that is
+// not positive keeps its default, except WithMaxDeliver.
+type ConsumerOption func(*Consumer)
+
+// WithAckWait is how long JetStream waits for an ack before it delivers the
+// message again (default 30s). A handler that commits and dies before its
+// ack is redelivered after it.
+func WithAckWait(d time.Duration) ConsumerOption { return func(c *Consumer) { c.cfg.ackWait = d } }
+
+// WithMaxDeliver bounds the deliveries of one message (default 10; zero
+// keeps the default, a negative n sets no bound). A message that failed
+// that often is logged as an error and left in the stream; after the cause
+// is fixed, an operator replays its event.
+func WithMaxDeliver(n int) ConsumerOption { return func(c *Consumer) { c.cfg.maxDeliver = n } }
+
+// WithMaxAckPending bounds unacknowledged messages in flight (default
+// 1000).
+func WithMaxAckPending(n int) ConsumerOption { return func(c *Consumer) { c.cfg.maxAckPending = n } }
+
+// WithWorkers is the number of messages processed concurrently (default 4):
+// as many workers share the consumer's pull subscription.
+func WithWorkers(n int) ConsumerOption { return func(c *Consumer) { c.cfg.workers = n } }
+
+// WithProcessTimeout bounds one message's transaction (default 10s).
+func WithProcessTimeout(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.cfg.processTimeout = d }
+}
+
+// WithCommitObserver reports every processed message with its outcome
+// after its transaction committed (or found a duplicate) and before the
+// ack, e.g. to metrics (default none). It is called from the workers
+// (concurrently) and must not block.
+func WithCommitObserver(fn func(messageID string, outcome Outcome)) ConsumerOption {
+	return func(c *Consumer) {
+		if fn != nil {
+			c.observe = fn
+		}
+	}
+}
+
+// WithHooks injects faults for the failure drills (Hooks). Only tests set
+// it: production code never does (default none).
+func WithHooks(h Hooks) ConsumerOption { return func(c *Consumer) { c.hooks = h } }
+
+// New returns the consumer, which ships orders through orderSvc, with the
+// defaults each option names unless opts say otherwise. Declare it at
+// start; Run consumes.
+func New(pool *pgxpool.Pool, js jetstream.JetStream, orderSvc *orders.Service, logger *slog.Logger, now func() time.Time, opts ...ConsumerOption) *Consumer {
+	c := &Consumer{pool: pool, js: js, orders: orderSvc, logger: logger, now: now, observe: func(string, Outcome) {}}
+	for _, o := range opts {
+		o(c)
+	}
+	c.cfg = c.cfg.withDefaults()
+	return c
 }
 
 // ConsumerConfig is the durable pull consumer on broker.StreamEvents:
-// explicit acks, AckWait, MaxDeliver, MaxAckPending from Config, filtered to
+// explicit acks, the ack wait, deliveries and pending acks of the options
+// (WithAckWait, WithMaxDeliver, WithMaxAckPending), filtered to
 // the two event types, delivering everything from the start of the stream
 // when it is first created.
 func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
@@ -164,9 +209,9 @@ func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
 		},
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.cfg.AckWait,
-		MaxDeliver:    c.cfg.MaxDeliver,
-		MaxAckPending: c.cfg.MaxAckPending,
+		AckWait:       c.cfg.ackWait,
+		MaxDeliver:    c.cfg.maxDeliver,
+		MaxAckPending: c.cfg.maxAckPending,
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 func TestFulfillsAPaidOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 3}, line{skuKettle, 1})
 	testkit.WaitFor(t, 20*time.Second, "the order to be fulfilled", func() bool { return len(b.rec.get(event)) == 1 })
@@ -62,13 +62,16 @@ func TestFulfillsAPaidOrder(t *testing.T) {
 }
 
 // Drill 4: the consumer commits its work and dies before the ack. JetStream
-// delivers the message again after AckWait; the inbox recognises it, and
-// the effect stays single: stock taken once, one receipt.
+// delivers the message again after the ack wait; the inbox recognises it,
+// and the effect stays single: stock taken once, one receipt. The commit
+// observer (metrics) sees both commits, the one whose ack was lost too.
 func TestDrill4ConsumerCommitsAndDiesBeforeAck(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
 	b.rec.dropAcks = 1
-	b.runConsumer(t, fulfillment.Config{AckWait: time.Second})
+	observed := &recorder{outcomes: make(map[string][]fulfillment.Outcome)}
+	b.runConsumer(t, fulfillment.WithAckWait(time.Second),
+		fulfillment.WithCommitObserver(func(id string, o fulfillment.Outcome) { _ = observed.afterCommit(id, o) }))
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 2})
 
@@ -76,6 +79,9 @@ func TestDrill4ConsumerCommitsAndDiesBeforeAck(t *testing.T) {
 	b.settled(t)
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Fulfilled, fulfillment.Duplicate) {
 		t.Fatalf("outcomes = %v, want [fulfilled duplicate]", got)
+	}
+	if got := observed.get(event); !outcomesEqual(got, fulfillment.Fulfilled, fulfillment.Duplicate) {
+		t.Fatalf("observed outcomes = %v, want [fulfilled duplicate]", got)
 	}
 	if got, want := b.stock(t, skuMug), mugStock-2; got != want {
 		t.Fatalf("mug stock = %d, want %d (taken once)", got, want)
@@ -95,7 +101,7 @@ func TestDrill4ConsumerCommitsAndDiesBeforeAck(t *testing.T) {
 func TestDrill6SameEventPublishedTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	var (
 		mu      sync.Mutex
 		crashed bool
@@ -141,7 +147,7 @@ func TestDrill6SameEventPublishedTwice(t *testing.T) {
 func TestDrill6SameEventPublishedAfterTheDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{DuplicateWindow: time.Second})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 4})
 	testkit.WaitFor(t, 20*time.Second, "the first delivery", func() bool { return len(b.rec.get(event)) == 1 })
@@ -179,7 +185,7 @@ func TestDrill6SameEventPublishedAfterTheDuplicateWindow(t *testing.T) {
 func TestOperatorReplayIsIgnoredByTheConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{DuplicateWindow: time.Second})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	order, paid := b.paidOrder(t, line{skuKettle, 1})
 	refund := b.refundEvent(t, order, 400, 400, 1000)
@@ -232,7 +238,7 @@ func TestOperatorReplayIsIgnoredByTheConsumer(t *testing.T) {
 func TestStockNeverGoesNegative(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
-	b.runConsumer(t, fulfillment.Config{Workers: 8})
+	b.runConsumer(t, fulfillment.WithWorkers(8))
 	b.runDispatcher(t)
 	big, bigEvent := b.paidOrder(t, line{skuMug, mugStock + 1}, line{skuKettle, 1})
 	testkit.WaitFor(t, 20*time.Second, "the oversized order", func() bool { return len(b.rec.get(bigEvent)) == 1 })
@@ -274,7 +280,7 @@ func TestStockNeverGoesNegative(t *testing.T) {
 func TestOrderWithAnUnknownProductIsBackordered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	order, event := b.paidOrder(t, line{skuMug, 1}, line{"discontinued", 1})
 	testkit.WaitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
@@ -299,7 +305,7 @@ func TestRefundedOrderIsNotFulfilled(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), `UPDATE orders SET status = 'refunded' WHERE id = $1`, order); err != nil {
 		t.Fatal(err)
 	}
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	testkit.WaitFor(t, 20*time.Second, "the event", func() bool { return len(b.rec.get(event)) == 1 })
 	if got := b.rec.get(event); !outcomesEqual(got, fulfillment.Skipped) {
@@ -315,7 +321,7 @@ func TestRefundedOrderIsNotFulfilled(t *testing.T) {
 func TestBrokerOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, broker.StreamsConfig{})
-	b.runConsumer(t, fulfillment.Config{})
+	b.runConsumer(t)
 	b.runDispatcher(t)
 	b.nats.Stop()
 	const n = 20

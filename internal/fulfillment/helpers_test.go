@@ -129,10 +129,12 @@ func newOrderService(pool *pgxpool.Pool, logger *slog.Logger, now func() time.Ti
 	return orders.NewService(pool, operation.NewRunner(pool, store, logger), now)
 }
 
-// runConsumer declares the consumer and runs it until the test ends.
-func (b *testBundle) runConsumer(t *testing.T, cfg fulfillment.Config) *fulfillment.Consumer {
+// runConsumer declares the consumer, built with opts and the recorder's
+// hook, and runs it until the test ends.
+func (b *testBundle) runConsumer(t *testing.T, opts ...fulfillment.ConsumerOption) *fulfillment.Consumer {
 	t.Helper()
-	c := fulfillment.New(b.pool, b.nats.JS, newOrderService(b.pool, b.logger, b.clock.Now), cfg, b.logger, b.clock.Now, fulfillment.Hooks{AfterCommit: b.rec.afterCommit})
+	opts = append(opts, fulfillment.WithHooks(fulfillment.Hooks{AfterCommit: b.rec.afterCommit}))
+	c := fulfillment.New(b.pool, b.nats.JS, newOrderService(b.pool, b.logger, b.clock.Now), b.logger, b.clock.Now, opts...)
 	if _, err := c.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

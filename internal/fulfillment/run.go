@@ -14,8 +14,8 @@ import (
 	"github.com/oncepay/oncepay/internal/broker"
 )
 
-// Run declares the consumer and processes messages with Config.Workers
-// workers until ctx is cancelled, then returns nil once every worker has
+// Run declares the consumer and processes messages with as many workers as
+// WithWorkers says until ctx is cancelled, then returns nil once every worker has
 // finished the message it was handling. A broker that goes away is waited
 // for: the client reconnects and the workers pull again.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -46,7 +46,7 @@ func (c *Consumer) consume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Workers))
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.workers))
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -56,7 +56,7 @@ func (c *Consumer) consume(ctx context.Context) error {
 		once  sync.Once
 		ended error
 	)
-	for range c.cfg.Workers {
+	for range c.cfg.workers {
 		wg.Go(func() {
 			for {
 				msg, err := it.Next(jetstream.NextContext(ctx))
@@ -80,10 +80,10 @@ func (c *Consumer) consume(ctx context.Context) error {
 
 // handle processes one delivery and acks it after the commit. A failure is
 // negatively acknowledged with a delay (JetStream delivers it again, up to
-// MaxDeliver times); a message no retry can help is terminated. Once begun,
+// WithMaxDeliver times); a message no retry can help is terminated. Once begun,
 // the transaction and the ack run to their end even when ctx is cancelled.
 func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ProcessTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.processTimeout)
 	defer cancel()
 	m, err := parse(msg)
 	if err != nil {
@@ -97,6 +97,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	c.logger.DebugContext(ctx, "fulfillment processed message", "event_id", m.ID, "type", m.Type, "outcome", outcome)
+	c.observe(m.ID, outcome)
 	if h := c.hooks.AfterCommit; h != nil {
 		if err := h(m.ID, outcome); err != nil {
 			return // no ack: as if the process died here
@@ -119,7 +120,7 @@ func (c *Consumer) fail(ctx context.Context, msg jetstream.Msg, m Message, err e
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		delivered = md.NumDelivered
 	}
-	if c.cfg.MaxDeliver > 0 && delivered >= uint64(c.cfg.MaxDeliver) {
+	if c.cfg.maxDeliver > 0 && delivered >= uint64(c.cfg.maxDeliver) {
 		c.logger.ErrorContext(ctx, "fulfillment gave up on event after its last delivery; replay it once the cause is fixed",
 			"event_id", m.ID, "type", m.Type, "deliveries", delivered, "error", err.Error())
 	} else {

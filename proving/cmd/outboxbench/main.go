@@ -293,20 +293,20 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 		consumed   = make(map[string]time.Time)
 		duplicates int
 	)
-	hook := func(id string, o fulfillment.Outcome) error {
+	observe := func(id string, o fulfillment.Outcome) {
 		at := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		if o == fulfillment.Duplicate {
 			duplicates++
-			return nil
+			return
 		}
 		if _, seen := consumed[id]; !seen {
 			consumed[id] = at
 		}
-		return nil
 	}
-	cons := fulfillment.New(pool, js, orderService(pool, logger), fulfillment.Config{Workers: cfg.workers}, logger, time.Now, fulfillment.Hooks{AfterCommit: hook})
+	cons := fulfillment.New(pool, js, orderService(pool, logger), logger, time.Now,
+		fulfillment.WithWorkers(cfg.workers), fulfillment.WithCommitObserver(observe))
 	if _, err := cons.Declare(ctx); err != nil {
 		return 0, err
 	}
