@@ -224,7 +224,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		var err error
-		if a.nats, err = broker.StartEmbedded(cfg.NATSStoreDir, broker.EmbeddedConfig{}, logger.With("component", "nats")); err != nil {
+		if a.nats, err = broker.StartEmbedded(cfg.NATSStoreDir, logger.With("component", "nats")); err != nil {
 			return err
 		}
 		natsURL = a.nats.ClientURL()

@@ -103,7 +103,7 @@ func TestEmbeddedRestartKeepsTheStream(t *testing.T) {
 
 func TestStartEmbeddedNeedsAStoreDirectory(t *testing.T) {
 	t.Parallel()
-	if _, err := broker.StartEmbedded("", broker.EmbeddedConfig{}, testkit.Logger(t)); err == nil {
+	if _, err := broker.StartEmbedded("", testkit.Logger(t)); err == nil {
 		t.Fatal("an embedded server without a store directory was started")
 	}
 }

@@ -16,55 +16,65 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// EmbeddedConfig tunes the embedded server.
-type EmbeddedConfig struct {
-	// Port is the TCP port on 127.0.0.1. Zero, the default, lets the kernel
-	// pick a free one; a fixed port is only for restarting a server on the
-	// port its clients already know (see Embedded.Port).
-	Port int
-	// SyncAlways makes JetStream fsync every message before it sends the
-	// PubAck. Off (JetStream's default), messages are written to the file
-	// store at once and fsynced every two minutes: a crash of the process
-	// loses nothing, a power loss can lose the last unsynced messages even
-	// though the outbox has marked them published.
-	SyncAlways bool
-}
-
 // Embedded is a nats-server with JetStream running inside this process,
 // listening on a loopback port. It is the default for `make run` and the
 // tests; production points NATS_URL at a real cluster.
 type Embedded struct {
-	srv  *server.Server
-	dir  string
-	port int
-	once sync.Once
+	srv *server.Server
+	dir string
+	// port is the port asked for (WithPort) until the server listens, then
+	// the port it listens on.
+	port       int
+	syncAlways bool
+	once       sync.Once
 }
+
+// EmbeddedOption configures an Embedded server.
+type EmbeddedOption func(*Embedded)
+
+// WithPort binds the server to port on 127.0.0.1. The default, 0, lets the
+// kernel pick a free one; a fixed port is only for restarting a server on
+// the port its clients already know (see Embedded.Port).
+func WithPort(port int) EmbeddedOption { return func(e *Embedded) { e.port = port } }
+
+// WithSyncAlways makes JetStream fsync every message before it sends the
+// PubAck when on is true. Off (the default, as in JetStream), messages are
+// written to the file store at once and fsynced every two minutes: a crash
+// of the process loses nothing, a power loss can lose the last unsynced
+// messages even though the outbox has marked them published.
+func WithSyncAlways(on bool) EmbeddedOption { return func(e *Embedded) { e.syncAlways = on } }
 
 // StartEmbedded starts a nats-server with JetStream storing its files under
 // dir (created if needed; the same dir keeps the streams across restarts),
-// bound to 127.0.0.1. It returns once the server accepts connections.
-func StartEmbedded(dir string, cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
+// bound to 127.0.0.1 on a port the kernel picks unless WithPort says
+// otherwise. It returns once the server accepts connections, and fails
+// without dir or when the server does not start.
+func StartEmbedded(dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Embedded, error) {
 	if dir == "" {
 		// nats-server would fall back to a directory under os.TempDir()
 		// that every embedded server of the machine shares.
 		return nil, errors.New("embedded nats-server: a store directory is required")
 	}
-	port := cfg.Port
+	e := &Embedded{dir: dir}
+	for _, o := range opts {
+		o(e)
+	}
+	port := e.port
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
+	so := &server.Options{
 		ServerName: "oncepay-embedded",
 		Host:       "127.0.0.1",
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   dir,
-		SyncAlways: cfg.SyncAlways,
+		SyncAlways: e.syncAlways,
 		// The embedding process owns the signals. No monitoring, cluster,
 		// gateway or leaf node port is configured, so nothing else listens.
 		NoSigs: true,
 	}
-	srv, err := server.NewServer(opts)
+	srv, err := server.NewServer(so)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -81,7 +91,7 @@ func StartEmbedded(dir string, cfg EmbeddedConfig, logger *slog.Logger) (*Embedd
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("embedded nats-server: unexpected listen address %v", srv.Addr())
 	}
-	e := &Embedded{srv: srv, dir: dir, port: addr.Port}
+	e.srv, e.port = srv, addr.Port
 	// Operator commands of other processes (`api outbox replay`) find the
 	// server through this file; the port is random.
 	if err := os.WriteFile(filepath.Join(dir, urlFile), []byte(e.ClientURL()+"\n"), 0o600); err != nil {
@@ -113,8 +123,9 @@ func EmbeddedURL(dir string) (string, error) {
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.port) }
 
-// Port is the port the server listens on. Passing it to StartEmbedded with
-// the same dir brings the same server back, and clients reconnect to it.
+// Port is the port the server listens on. Passing it to StartEmbedded
+// (WithPort) with the same dir brings the same server back, and clients
+// reconnect to it.
 func (e *Embedded) Port() int { return e.port }
 
 // Dir is the store directory.

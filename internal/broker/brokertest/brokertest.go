@@ -35,7 +35,7 @@ func Start(t testing.TB, cfg broker.StreamsConfig) *Bundle {
 	t.Helper()
 	logger := testkit.Logger(t)
 	dir := t.TempDir()
-	srv, err := broker.StartEmbedded(dir, broker.EmbeddedConfig{}, logger)
+	srv, err := broker.StartEmbedded(dir, logger)
 	if err != nil {
 		t.Fatalf("start embedded nats: %v", err)
 	}
@@ -82,7 +82,7 @@ func (b *Bundle) Restart(t testing.TB) {
 	t.Helper()
 	old := b.Server()
 	old.Shutdown()
-	srv, err := broker.StartEmbedded(b.Dir, broker.EmbeddedConfig{Port: old.Port()}, b.Logger)
+	srv, err := broker.StartEmbedded(b.Dir, b.Logger, broker.WithPort(old.Port()))
 	if err != nil {
 		t.Fatalf("restart embedded nats on port %d: %v", old.Port(), err)
 	}

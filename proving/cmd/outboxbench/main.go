@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("nats store dir: %w", err)
 	}
 	defer os.RemoveAll(natsDir)
-	srv, err := broker.StartEmbedded(natsDir, broker.EmbeddedConfig{SyncAlways: cfg.syncAlways}, logger)
+	srv, err := broker.StartEmbedded(natsDir, logger, broker.WithSyncAlways(cfg.syncAlways))
 	if err != nil {
 		return err
 	}
