@@ -173,21 +173,17 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
 		return nil, err
 	}
-	a.handler = httpapi.New(httpapi.Deps{
-		Logger:   logger,
-		Pool:     pool,
-		Tenants:  a.tenants,
-		Orders:   orders.NewHandler(orderSvc),
-		Payments: payments.NewHandler(a.payments),
-		Events:   outbox.NewHandler(pool),
-		Webhooks: webhooks.NewReceiver(pool, verifier, logger, now,
+	a.handler = httpapi.New(pool, m.Handler(),
+		webhooks.NewReceiver(pool, verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
-		Demo:        demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
-		OutboxAdmin: outbox.NewAdminHandler(a.outboxAdmin),
-		AdminToken:  cfg.AdminToken,
-		Metrics:     m.Handler(),
-		ObserveHTTP: m.HTTP,
-	})
+		a.tenants,
+		orders.NewHandler(orderSvc),
+		payments.NewHandler(a.payments),
+		outbox.NewHandler(pool),
+		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
+		logger,
+		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
+		httpapi.WithRequestObserver(m.HTTP))
 	return a, nil
 }
 

@@ -26,70 +26,88 @@ import (
 	"github.com/oncepay/oncepay/web"
 )
 
-// Deps are the parts the routes call.
-type Deps struct {
-	Logger   *slog.Logger
-	Pool     *pgxpool.Pool
-	Tenants  *tenants.Service
-	Orders   *orders.Handler
-	Payments *payments.Handler
-	Events   *outbox.Handler
-	Webhooks *webhooks.Receiver
-	// Demo serves the demo-mode endpoints and the X-Demo-Chaos middleware;
-	// outside demo mode they answer 404.
-	Demo *demo.Handler
-	// OutboxAdmin serves the operator's outbox endpoints, guarded by
-	// AdminToken; without a token they are not routed.
-	OutboxAdmin *outbox.AdminHandler
-	AdminToken  string
-	// Metrics serves /metrics; ObserveHTTP receives every request's latency.
-	Metrics     http.Handler
-	ObserveHTTP func(method, route string, status int, d time.Duration)
+// Option configures the handler New returns.
+type Option func(*options)
+
+type options struct {
+	outboxAdmin *outbox.AdminHandler
+	adminToken  string
+	observe     func(method, route string, status int, d time.Duration)
 }
 
-// New returns the service's HTTP handler.
-func New(d Deps) *echo.Echo {
+// WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
+// to h, guarded by the bearer token (ADMIN_TOKEN). The default is none:
+// without this option, or with an empty token, they are not routed and
+// answer 404 like any unknown path.
+func WithOutboxAdmin(h *outbox.AdminHandler, token string) Option {
+	return func(o *options) { o.outboxAdmin, o.adminToken = h, token }
+}
+
+// WithRequestObserver receives every request's method, route, status and
+// latency, e.g. for metrics (default none). It runs on the request's
+// goroutine and must not block.
+func WithRequestObserver(fn func(method, route string, status int, d time.Duration)) Option {
+	return func(o *options) {
+		if fn != nil {
+			o.observe = fn
+		}
+	}
+}
+
+// New returns the service's HTTP handler. Its collaborators come in the
+// order the routes below use them: pool answers /readyz, metrics serves
+// /metrics, receiver the provider's webhooks, tenantSvc authenticates the
+// /v1 routes, which orderAPI, paymentAPI and eventAPI serve; demoAPI serves
+// the demo-mode endpoints and the X-Demo-Chaos middleware (outside demo mode
+// they answer 404). logger gets one line per request and every 5xx.
+func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
+	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
+	logger *slog.Logger, opts ...Option) *echo.Echo {
+	o := options{observe: func(string, string, int, time.Duration) {}}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = ErrorHandler(d.Logger)
+	e.HTTPErrorHandler = ErrorHandler(logger)
 	// Recover turns a panic into a 500 problem and a log line, never a dead
 	// process; it runs inside the logger so the 500 is logged.
 	e.Use(
 		clientRequestID,
 		middleware.RequestID(),
-		requestLogger(d.Logger, d.ObserveHTTP),
-		d.Demo.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
+		requestLogger(logger, o.observe),
+		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 	)
 	// Request bodies are bounded where they are read: wire.ReadBody.
 
 	e.GET("/healthz", healthz)
-	e.GET("/readyz", readyz(d.Pool))
-	e.GET("/metrics", echo.WrapHandler(d.Metrics))
+	e.GET("/readyz", readyz(pool))
+	e.GET("/metrics", echo.WrapHandler(metrics))
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, openapi.ContentType, openapi.YAML) })
 	// The provider authenticates by signature, not by tenant key.
-	e.POST("/webhooks/psp", d.Webhooks.Handle)
+	e.POST("/webhooks/psp", receiver.Handle)
 
 	// Authentication is attached per route, not to the group: echo turns
 	// group middleware into catch-all routes, which would hide 405s.
-	auth := tenants.Middleware(d.Tenants)
+	auth := tenants.Middleware(tenantSvc)
 	v1 := e.Group("/v1")
-	v1.GET("/products", d.Orders.Products, auth)
-	v1.POST("/orders", d.Orders.Create, auth)
-	v1.GET("/orders", d.Orders.List, auth)
-	v1.GET("/orders/:id", d.Orders.Get, auth)
-	v1.POST("/orders/:id/payments", d.Payments.Pay, auth)
-	v1.GET("/payments/:id", d.Payments.Get, auth)
-	v1.POST("/payments/:id/refunds", d.Payments.Refund, auth)
-	v1.GET("/refunds/:id", d.Payments.GetRefund, auth)
-	v1.GET("/events", d.Events.List, auth)
+	v1.GET("/products", orderAPI.Products, auth)
+	v1.POST("/orders", orderAPI.Create, auth)
+	v1.GET("/orders", orderAPI.List, auth)
+	v1.GET("/orders/:id", orderAPI.Get, auth)
+	v1.POST("/orders/:id/payments", paymentAPI.Pay, auth)
+	v1.GET("/payments/:id", paymentAPI.Get, auth)
+	v1.POST("/payments/:id/refunds", paymentAPI.Refund, auth)
+	v1.GET("/refunds/:id", paymentAPI.GetRefund, auth)
+	v1.GET("/events", eventAPI.List, auth)
 
-	if d.AdminToken != "" {
-		admin := adminAuth(d.AdminToken)
-		e.GET("/admin/outbox/stuck", d.OutboxAdmin.Stuck, admin)
-		e.POST("/admin/outbox/events/:id/retry", d.OutboxAdmin.Retry, admin)
-		e.POST("/admin/outbox/events/:id/replay", d.OutboxAdmin.Replay, admin)
+	if o.adminToken != "" && o.outboxAdmin != nil {
+		admin := adminAuth(o.adminToken)
+		e.GET("/admin/outbox/stuck", o.outboxAdmin.Stuck, admin)
+		e.POST("/admin/outbox/events/:id/retry", o.outboxAdmin.Retry, admin)
+		e.POST("/admin/outbox/events/:id/replay", o.outboxAdmin.Replay, admin)
 	}
 
 	// The web UI, embedded.
@@ -99,11 +117,11 @@ func New(d Deps) *echo.Echo {
 
 	// Demo mode only (internal/demo); 404 otherwise, with or without a key:
 	// the gate runs before the key check. GET /demo needs no key.
-	e.GET("/demo", d.Demo.Status)
-	e.GET("/demo/orders/:id/payments", d.Demo.OrderPayments, d.Demo.Gate, auth)
-	e.GET("/demo/faults", d.Demo.Faults, d.Demo.Gate, auth)
-	e.PUT("/demo/faults", d.Demo.SetFaults, d.Demo.Gate, auth)
-	e.POST("/demo/events/:id/replay", d.Demo.ReplayEvent, d.Demo.Gate, auth)
+	e.GET("/demo", demoAPI.Status)
+	e.GET("/demo/orders/:id/payments", demoAPI.OrderPayments, demoAPI.Gate, auth)
+	e.GET("/demo/faults", demoAPI.Faults, demoAPI.Gate, auth)
+	e.PUT("/demo/faults", demoAPI.SetFaults, demoAPI.Gate, auth)
+	e.POST("/demo/events/:id/replay", demoAPI.ReplayEvent, demoAPI.Gate, auth)
 
 	return e
 }
