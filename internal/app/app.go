@@ -71,19 +71,19 @@ type options struct {
 
 // WithOperationHooks injects faults into every idempotent operation
 // (operation.Hooks): the failure drills' crash after the provider call and
-// lost database connection before a commit.
+// lost database connection before a commit (default none).
 func WithOperationHooks(h operation.Hooks) Option {
 	return func(o *options) { o.operationHooks = h }
 }
 
 // WithOutboxHooks injects faults into the outbox dispatcher (drill 6: it
-// dies after publishing, before marking the event published).
+// dies after publishing, before marking the event published; default none).
 func WithOutboxHooks(h outbox.DispatcherHooks) Option {
 	return func(o *options) { o.outboxHooks = h }
 }
 
 // WithFulfillmentHooks injects faults into the fulfillment consumer (drill
-// 4: it commits and dies before the ack).
+// 4: it commits and dies before the ack; default none).
 func WithFulfillmentHooks(h fulfillment.Hooks) Option {
 	return func(o *options) { o.fulfillmentHooks = h }
 }

@@ -61,17 +61,17 @@ type Option func(*Runner)
 // the client hangs up (its context is detached from the request's), so a
 // lost response never leaves half a decision behind and the retry is
 // answered by a replay; the bound keeps a dead dependency from holding it
-// forever.
+// forever (default DefaultWriteTimeout, 10s).
 func WithWriteTimeout(d time.Duration) Option { return func(r *Runner) { r.writeTimeout = d } }
 
 // WithAfterCommit calls fn after every commit that finished an operation
 // (not after a replay, and not after a phase that only recorded a recovery
 // point): the operation may have appended an outbox event, and fn wakes the
-// dispatcher (outbox.Signal.Committed). It must not block.
+// dispatcher (outbox.Signal.Committed). It must not block (default none).
 func WithAfterCommit(fn func()) Option { return func(r *Runner) { r.afterCommit = fn } }
 
 // WithHooks injects faults at the points where a process can die. Only tests
-// set it: production code never does.
+// set it: production code never does (default none).
 func WithHooks(h Hooks) Option { return func(r *Runner) { r.hooks = h } }
 
 // NewRunner returns a Runner.
