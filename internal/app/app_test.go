@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -34,26 +35,7 @@ type testBundle struct {
 	baseURL string
 	addr    string
 	client  *http.Client
-	clock   *testClock
-}
-
-// testClock is real time plus an offset the test can move forward, e.g. past
-// a lease.
-type testClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
+	clock   *testkit.Clock
 }
 
 // testConfig is the configuration of a test's service on its own database.
@@ -122,14 +104,14 @@ func start(t *testing.T, appOpts []app.Option, psp func(*pspsim.Config), opts ..
 	for _, o := range opts {
 		o(&cfg)
 	}
-	clock := &testClock{}
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	clock := testkit.NewClock()
+	logger := testkit.Logger(t)
 	var sim *pspsim.Server
 	if cfg.PSPURL == "" {
-		sim, cfg.PSPURL = startSimulator(t, cfg, psp, logger, clock.now)
+		sim, cfg.PSPURL = startSimulator(t, cfg, psp, logger, clock.Now)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, clock.now, appOpts...)
+	a, err := app.New(ctx, cfg, logger, clock.Now, appOpts...)
 	if err != nil {
 		cancel()
 		t.Fatalf("app.New: %v", err)
@@ -196,14 +178,6 @@ func startSimulator(t *testing.T, cfg app.Config, change func(*pspsim.Config), l
 		hs.Close()
 	})
 	return srv, hs.URL
-}
-
-// testWriter sends the service's log lines to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 const (
@@ -359,7 +333,7 @@ func TestDrill1_ResponseLostAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hang up without reading a byte, once the order is committed.
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the order of the lost answer to commit", func() bool {
 		return b.count(t, `SELECT count(*) FROM orders WHERE idempotency_key = 'drill-1'`) == 1
 	})
 	conn.Close()
@@ -389,7 +363,7 @@ func TestDrill1_ClientGoneMidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the lost answer's record to be completed", func() bool {
 		return b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'drill-1b' AND state = 'completed'`) == 1
 	})
 	retry := b.do(t, "POST", "/v1/orders", acme, "drill-1b", orderBody)
@@ -806,19 +780,6 @@ func TestClientRequestID(t *testing.T) {
 		if got := res.Header.Get("X-Request-Id"); (got == tc.sent) != tc.kept || got == "" {
 			t.Fatalf("X-Request-Id %q answered %q, kept = %v, want kept = %v", tc.sent, got, got == tc.sent, tc.kept)
 		}
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		<-tick.C
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -26,20 +27,20 @@ func TestServicesWakeTheDispatcherAfterCommit(t *testing.T) {
 	}
 
 	orderID, _ := b.order(t, "signal-order")
-	waitFor(t, 10*time.Second, published("order.created", orderID))
+	testkit.WaitFor(t, 10*time.Second, "the order.created event to be published", published("order.created", orderID))
 
 	paid := b.pay(t, orderID, "signal-pay", "pm_card_ok")
 	if paid.status != 201 {
 		t.Fatalf("pay = %d %s", paid.status, paid.body)
 	}
 	paymentID := paid.json(t)["id"].(string)
-	waitFor(t, 10*time.Second, published("payment.succeeded", paymentID))
+	testkit.WaitFor(t, 10*time.Second, "the payment.succeeded event to be published", published("payment.succeeded", paymentID))
 
 	refunded := b.refund(t, paymentID, "signal-refund", 100)
 	if refunded.status != 201 {
 		t.Fatalf("refund = %d %s", refunded.status, refunded.body)
 	}
-	waitFor(t, 10*time.Second, published("refund.succeeded", refunded.json(t)["id"].(string)))
+	testkit.WaitFor(t, 10*time.Second, "the refund.succeeded event to be published", published("refund.succeeded", refunded.json(t)["id"].(string)))
 
 	// The webhook worker: the provider charges and never answers, so the
 	// payment stays pending (503, no retry here, the recoverer is off) until
@@ -50,7 +51,7 @@ func TestServicesWakeTheDispatcherAfterCommit(t *testing.T) {
 	if unknown.status != 503 {
 		t.Fatalf("pay with the provider hanging = %d %s, want 503", unknown.status, unknown.body)
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the webhook-completed payment's event to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events e JOIN payments p ON p.id = e.aggregate_id
 			WHERE p.order_id = $1 AND e.event_type = 'payment.succeeded' AND e.published_at IS NOT NULL`, pending) == 1
 	})

@@ -158,7 +158,7 @@ func TestReleaseSurvivesDroppedConnections(t *testing.T) {
 				if r := send(); r.status < 500 {
 					t.Fatalf("crashed attempt answered %d", r.status)
 				}
-				b.clock.advance(31 * time.Second) // past the crashed attempt's lease
+				b.clock.Advance(31 * time.Second) // past the crashed attempt's lease
 			}
 			drop.Store(true)
 			if r := send(); r.status < 500 {
@@ -287,7 +287,7 @@ func TestRecovererHoldsOnlyTheClaimItWorksOn(t *testing.T) {
 			t.Fatalf("crashed attempt %d answered %d", i, r.status)
 		}
 	}
-	b.clock.advance(31 * time.Second) // every lease ran out: three abandoned attempts
+	b.clock.Advance(31 * time.Second) // every lease ran out: three abandoned attempts
 	block.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -350,11 +350,11 @@ func TestInProgressRetryAfterIsTheRestOfTheLease(t *testing.T) {
 	if s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok")); s < 1 || s > 2 {
 		t.Fatalf("Retry-After right after the claim = %d s, want 1-2", s)
 	}
-	b.clock.advance(5 * time.Second)
+	b.clock.Advance(5 * time.Second)
 	if s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok")); s < 24 || s > 25 {
 		t.Fatalf("Retry-After 5 s into a 30 s lease = %d s, want the rest of the lease (25 s)", s)
 	}
-	b.clock.advance(26 * time.Second)
+	b.clock.Advance(26 * time.Second)
 	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status != http.StatusCreated {
 		t.Fatalf("retry after Retry-After = %d %s, want 201", r.status, r.body)
 	}

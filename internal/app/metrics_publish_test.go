@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -138,7 +139,7 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 	var wg sync.WaitGroup
 	var first response
 	wg.Go(func() { first = b.pay(t, orderID, "metrics-pay", "pm_card_ok") })
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the first payment to be at the provider", func() bool {
 		return b.count(t, `SELECT count(*) FROM payments WHERE status = 'pending'`) == 1
 	})
 	wantProblem(t, b.pay(t, orderID, "metrics-pay", "pm_card_ok"), http.StatusConflict, "request_in_progress")
@@ -170,7 +171,7 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Published more than the window (1 s) ago: JetStream stores the replay.
-	waitFor(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the event to be published more than the duplicate window ago", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at < now() - interval '2 seconds'`, eventID) == 1
 	})
 	// The operator's replay, through the demo surface (demo mode is on).
@@ -180,7 +181,7 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 	b.waitForSeries(t, 20*time.Second, `oncepay_consumer_messages_total{result="duplicate",subscriber="fulfillment"}`, "the replay counted as a duplicate", atLeast(1))
 
 	// The sweeper, a week and a day later: the orders.create record is gone.
-	b.clock.advance(8 * 24 * time.Hour)
+	b.clock.Advance(8 * 24 * time.Hour)
 	if _, err := b.app.Sweeper().SweepOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

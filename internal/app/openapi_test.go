@@ -26,6 +26,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/openapi"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
@@ -596,7 +597,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	published := func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at IS NOT NULL`, eventID) == 1
 	}
-	waitFor(t, 15*time.Second, published)
+	testkit.WaitFor(t, 15*time.Second, "the event to be published", published)
 	// As the dispatcher leaves an event after its last failed attempt; once
 	// published, the dispatcher no longer touches the row, so this does not race.
 	if _, err := b.pool.Exec(ctx, `UPDATE outbox_events SET published_at = NULL, stuck_at = now(), attempts = 10,
@@ -621,7 +622,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	if ev := retried["event"].(map[string]any); retried["retried"] != true || ev["id"] != eventID || ev["status"] != "pending" {
 		t.Fatalf("retry of the stuck event = %v, want it retried and pending", retried)
 	}
-	waitFor(t, 15*time.Second, published) // the dispatcher, woken by the retry
+	testkit.WaitFor(t, 15*time.Second, "the retried event to be published", published) // the dispatcher, woken by the retry
 	if again := want(b.admin(t, "POST", retryPath), http.StatusOK).json(t); again["retried"] != false {
 		t.Fatalf("retry of the published event = %v, want retried false", again)
 	}
@@ -679,7 +680,7 @@ func (b *testBundle) webhook(t *testing.T, id, body string, sign bool) response 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := strconv.FormatInt(b.clock.now().Unix(), 10)
+	ts := strconv.FormatInt(b.clock.Now().Unix(), 10)
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id + "." + ts + "." + body))
 	sig := mac.Sum(nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -237,7 +238,7 @@ func TestDrill1_PaymentResponseLost(t *testing.T) {
 	if _, err := conn.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the lost payment's record to be completed", func() bool {
 		return b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'pay-lost' AND state = 'completed'`) == 1
 	})
 	conn.Close()
@@ -324,7 +325,7 @@ func TestDrill7_CrashAfterProviderCall_ClientRetry(t *testing.T) {
 	}
 	busy := b.pay(t, orderID, "pay-crash", "pm_card_ok")
 	wantProblem(t, busy, http.StatusConflict, "request_in_progress")
-	b.clock.advance(31 * time.Second) // past the lease
+	b.clock.Advance(31 * time.Second) // past the lease
 	retry := b.pay(t, orderID, "pay-crash", "pm_card_ok")
 	if retry.status != http.StatusCreated || retry.json(t)["status"] != "succeeded" {
 		t.Fatalf("retry after the lease = %d %s", retry.status, retry.body)
@@ -353,7 +354,7 @@ func TestDrill7_CrashAfterProviderCall_Recoverer(t *testing.T) {
 	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("RecoverOnce within the lease = %d, %v; want 0 (the owner may still finish)", n, err)
 	}
-	b.clock.advance(31 * time.Second)
+	b.clock.Advance(31 * time.Second)
 	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 1 {
 		t.Fatalf("RecoverOnce after the lease = %d, %v; want 1", n, err)
 	}
@@ -405,7 +406,7 @@ func TestPayResumedAfterProviderForgotKey(t *testing.T) {
 	orderID, _ := b.order(t, "o1")
 	b.faults(t, pspsim.Faults{DropNext: 1})
 	wantProblem(t, b.pay(t, orderID, "pay-forgotten", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
-	b.clock.advance(2 * time.Second) // the provider's key has expired
+	b.clock.Advance(2 * time.Second) // the provider's key has expired
 	retry := b.pay(t, orderID, "pay-forgotten", "pm_card_ok")
 	if retry.status != http.StatusCreated {
 		t.Fatalf("retry = %d %s", retry.status, retry.body)
@@ -546,7 +547,7 @@ func TestDrill7_RefundCrashAfterProviderCall_Recoverer(t *testing.T) {
 	if r := b.refund(t, paymentID, "refund-crash", 100); r.status < 500 {
 		t.Fatalf("crashed refund answered %d", r.status)
 	}
-	b.clock.advance(31 * time.Second)
+	b.clock.Advance(31 * time.Second)
 	if n, err := b.app.Recoverer().RecoverOnce(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("RecoverOnce = %d, %v", n, err)
 	}
@@ -570,7 +571,7 @@ func TestDrill8_LateRetryAfterSweep(t *testing.T) {
 	if pay.status != http.StatusCreated {
 		t.Fatalf("pay: %d %s", pay.status, pay.body)
 	}
-	b.clock.advance(45*retention.Day + time.Minute)
+	b.clock.Advance(45*retention.Day + time.Minute)
 	rep, err := b.app.Sweeper().SweepOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -602,7 +603,7 @@ func TestWebhookCompletesPendingPayment(t *testing.T) {
 	orderID, _ := b.order(t, "o1")
 	b.faults(t, pspsim.Faults{DropNext: 1})
 	wantProblem(t, b.pay(t, orderID, "pay-webhook", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
-	waitFor(t, 15*time.Second, func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the webhook to finish the payment", func() bool {
 		return b.count(t, `SELECT count(*) FROM payments WHERE status = 'succeeded'`) == 1
 	})
 	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "paid" && s != "fulfilled" {
@@ -636,13 +637,13 @@ func TestPaidOrderIsFulfilledThroughTheBroker(t *testing.T) {
 	if r := b.pay(t, orderID, "pay-ship", "pm_card_ok"); r.status != http.StatusCreated {
 		t.Fatalf("pay: %d %s", r.status, r.body)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the order to be fulfilled", func() bool {
 		return b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"] == "fulfilled"
 	})
 	if n := b.count(t, `SELECT stock FROM products p JOIN tenants t ON t.id = p.tenant_id WHERE t.slug = 'acme' AND sku = 'travel-mug'`); n != 100000-2 {
 		t.Fatalf("travel-mug stock = %d, want %d", n, 100000-2)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every event to be published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
 	})
 	metrics := string(b.do(t, "GET", "/metrics", "", "", "").body)

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -45,7 +44,7 @@ func TestStartupErrorsAreReportedAndCleanedUp(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig(t)
 			tc.set(&cfg)
-			a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)), time.Now)
+			a, err := app.New(context.Background(), cfg, testkit.Logger(t), time.Now)
 			if err == nil {
 				a.Close()
 				t.Fatalf("New started with %s", tc.name)

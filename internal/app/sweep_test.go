@@ -46,7 +46,7 @@ func TestSweeperDeletesEachKindThroughItsOwner(t *testing.T) {
 	// they are written by hand. The margin is far more than the time between
 	// now and the sweep.
 	const margin = time.Hour
-	now := b.clock.now()
+	now := b.clock.Now()
 	for _, k := range kinds {
 		for i := range k.expired {
 			if _, err := b.pool.Exec(ctx, k.insert, tenantID, fmt.Sprintf("expired-%d", i), now.Add(-k.keep-margin)); err != nil {

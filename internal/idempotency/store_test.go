@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // The operations of the service, as the stores of its features name them.
@@ -32,24 +33,10 @@ func policy() idempotency.Policy {
 	return idempotency.Policy{opOrders: 7 * 24 * time.Hour, opPayments: 45 * 24 * time.Hour, opRefunds: 45 * 24 * time.Hour}
 }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type storeBundle struct {
 	pool    *pgxpool.Pool
 	store   *idempotency.Store
-	clock   *clock
+	clock   *testkit.Clock
 	tenantA uuid.UUID
 	tenantB uuid.UUID
 }
@@ -62,8 +49,8 @@ const chargeRequested idempotency.RecoveryPoint = "charge_requested"
 func setupStore(t *testing.T) *storeBundle {
 	t.Helper()
 	pool := testdb.Pool(t)
-	b := &storeBundle{pool: pool, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
-	b.store = idempotency.NewStore(policy(), b.clock.now, idempotency.WithLease(lease))
+	b := &storeBundle{pool: pool, clock: testkit.StoppedClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	b.store = idempotency.NewStore(policy(), b.clock.Now, idempotency.WithLease(lease))
 	for _, id := range []*uuid.UUID{&b.tenantA, &b.tenantB} {
 		*id = uuid.New()
 		if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, 'T', now())`, *id, id.String()); err != nil {
@@ -114,7 +101,7 @@ func TestBeginClaimsThenReplays(t *testing.T) {
 	if rep.Status != http.StatusCreated || string(rep.Body) != `{"id":1}` || rep.Location != "/x/1" || rep.ContentType != "application/json" || !rep.Replayed {
 		t.Fatalf("replay = %+v", rep)
 	}
-	if want := b.clock.now().Add(7 * 24 * time.Hour); !rep.ExpiresAt.Equal(want) {
+	if want := b.clock.Now().Add(7 * 24 * time.Hour); !rep.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v, want %v (orders.create retention)", rep.ExpiresAt, want)
 	}
 	looked, err := b.store.Lookup(context.Background(), b.pool, r)
@@ -135,7 +122,7 @@ func TestMoneyOperationsKeepRecords45Days(t *testing.T) {
 		if err != nil || resp == nil {
 			t.Fatalf("Lookup: %v", err)
 		}
-		if want := b.clock.now().Add(45 * 24 * time.Hour); !resp.ExpiresAt.Equal(want) {
+		if want := b.clock.Now().Add(45 * 24 * time.Hour); !resp.ExpiresAt.Equal(want) {
 			t.Fatalf("%s ExpiresAt = %v, want %v", op, resp.ExpiresAt, want)
 		}
 	}
@@ -188,7 +175,7 @@ func TestStoreLeaseDefaultAndOption(t *testing.T) {
 		{[]idempotency.StoreOption{idempotency.WithLease(0)}, 30 * time.Second},
 		{[]idempotency.StoreOption{idempotency.WithLease(time.Minute)}, time.Minute},
 	} {
-		store := idempotency.NewStore(policy(), b.clock.now, c.opts...)
+		store := idempotency.NewStore(policy(), b.clock.Now, c.opts...)
 		key := fmt.Sprintf("lease-%d", i)
 		err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 			_, err := store.Begin(ctx, tx, b.request(t, b.tenantA, opPayments, key, `{}`))
@@ -201,7 +188,7 @@ func TestStoreLeaseDefaultAndOption(t *testing.T) {
 		if err := b.pool.QueryRow(ctx, `SELECT locked_until FROM api_idempotency WHERE idempotency_key = $1`, key).Scan(&lockedUntil); err != nil {
 			t.Fatal(err)
 		}
-		if got := lockedUntil.Sub(b.clock.now()); got != c.want {
+		if got := lockedUntil.Sub(b.clock.Now()); got != c.want {
 			t.Errorf("case %d: a fresh claim is leased for %v, want %v", i, got, c.want)
 		}
 	}
@@ -224,7 +211,7 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.clock.advance(lease - time.Second)
+	b.clock.Advance(lease - time.Second)
 	_, err = b.execute(t, r, created(`{}`))
 	var pe *problem.Error
 	if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter <= 0 || pe.RetryAfter > lease {
@@ -233,7 +220,7 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 	if resp, err := b.store.Lookup(ctx, b.pool, r); err != nil || resp != nil {
 		t.Fatalf("Lookup of a pending record = %+v, %v; want nothing to replay", resp, err)
 	}
-	b.clock.advance(2 * time.Second)
+	b.clock.Advance(2 * time.Second)
 	var taken *idempotency.Claim
 	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		taken, err = b.store.Begin(ctx, tx, r)
@@ -404,7 +391,7 @@ func TestReleaseEndsOnlyItsOwnLease(t *testing.T) {
 	t.Run("taken over after the lease", func(t *testing.T) {
 		r := b.request(t, b.tenantA, opPayments, "taken", `{}`)
 		stale := b.claim(t, r, false)
-		b.clock.advance(lease + time.Second)
+		b.clock.Advance(lease + time.Second)
 		if owner := b.claim(t, r, false); owner.Kind != idempotency.ClaimResumed {
 			t.Fatal("the second claim did not take the first one over")
 		}
@@ -441,7 +428,7 @@ func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	r := b.request(t, b.tenantA, opPayments, "held", `{}`)
-	claimedAt := b.clock.now()
+	claimedAt := b.clock.Now()
 	b.claim(t, r, false)
 	for _, tc := range []struct {
 		at   time.Duration // since the claim
@@ -452,7 +439,7 @@ func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
 		{5 * time.Second, lease - 5*time.Second},
 		{lease - 1500*time.Millisecond, 2 * time.Second}, // 1.5 s left, rounded up
 	} {
-		b.clock.set(claimedAt.Add(tc.at))
+		b.clock.Advance(claimedAt.Add(tc.at).Sub(b.clock.Now()))
 		_, err := b.execute(t, r, created(`{}`))
 		var pe *problem.Error
 		if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter != tc.want {
@@ -470,7 +457,7 @@ func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 	ctx := context.Background()
 	r := b.request(t, b.tenantA, opPayments, "twice", `{}`)
 	stale := b.claim(t, r, false)
-	b.clock.advance(lease + time.Second)
+	b.clock.Advance(lease + time.Second)
 	var owner *idempotency.Claim
 	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error

@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -74,18 +75,6 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // tables are the owners' deletes, as the service wires them.
 func tables() retention.Tables {
 	idem := idempotency.NewStore(retention.DefaultPolicy().Idempotency, time.Now, idempotency.WithLease(time.Minute))
@@ -100,7 +89,7 @@ func tables() retention.Tables {
 
 type bundle struct {
 	pool    *pgxpool.Pool
-	clock   *clock
+	clock   *testkit.Clock
 	sweeper *retention.Sweeper
 	tenant  uuid.UUID
 	t0      time.Time
@@ -110,8 +99,8 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	pool := testdb.Pool(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	b := &bundle{pool: pool, clock: &clock{t: t0}, tenant: uuid.New(), t0: t0}
-	b.sweeper = retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.now,
+	b := &bundle{pool: pool, clock: testkit.StoppedClock(t0), tenant: uuid.New(), t0: t0}
+	b.sweeper = retention.NewSweeper(pool, tables(), retention.DefaultPolicy(), slog.New(slog.NewTextHandler(io.Discard, nil)), b.clock.Now,
 		retention.WithBatchSize(100), retention.WithStuckAfter(time.Hour))
 	b.exec(t, `INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, 't', 'T', $2)`, b.tenant, t0)
 	return b
@@ -168,14 +157,14 @@ func TestSweepExpiryBoundary(t *testing.T) {
 			exp := b.t0.Add(k.expiry)
 			b.exec(t, k.insert, b.tenant, b.t0, exp)
 			left := func() int { return b.count(t, `SELECT count(*) FROM `+k.kind) }
-			b.clock.set(exp.Add(-time.Microsecond))
+			b.clock.Advance(exp.Add(-time.Microsecond).Sub(b.clock.Now()))
 			if _, err := b.sweeper.SweepOnce(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if left() != 1 {
 				t.Fatal("deleted before its expiry")
 			}
-			b.clock.set(exp.Add(time.Microsecond))
+			b.clock.Advance(exp.Add(time.Microsecond).Sub(b.clock.Now()))
 			rep, err := b.sweeper.SweepOnce(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -229,7 +218,7 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 		locked_until, request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at)
 		SELECT $1, 'orders.create', 'k' || g, '\x00', 'completed', 'finished', NULL, '', 201, '{}', '{}', $2, $2, $2
 		FROM generate_series(1, 2000) g`, b.tenant, b.t0)
-	b.clock.set(b.t0.Add(time.Second))
+	b.clock.Advance(b.t0.Add(time.Second).Sub(b.clock.Now()))
 	var wg sync.WaitGroup
 	reports := make([]retention.Report, 2)
 	for i := range reports {

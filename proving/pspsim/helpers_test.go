@@ -188,21 +188,6 @@ func wantCharge(t *testing.T, r reply) Charge {
 	return decode[Charge](t, r.body)
 }
 
-// waitFor polls cond until it holds or a deadline passes; it never sleeps
-// blindly for async work.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // startRun runs the webhook worker until the test ends and checks it
 // stops cleanly.
 func startRun(t *testing.T, srv *Server) {

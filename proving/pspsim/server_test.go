@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 func TestChargeSucceeds(t *testing.T) {
@@ -234,7 +236,7 @@ func TestKeyInFlightIs409(t *testing.T) {
 	body := chargeBody(300, PaymentMethodOK, "ord_409")
 	first := make(chan reply, 1)
 	go func() { first <- h.must(http.MethodPost, "/v1/charges", "busy", body) }()
-	waitFor(t, "the first request to hold its key", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the first request to hold its key", func() bool {
 		h.srv.mu.Lock()
 		defer h.srv.mu.Unlock()
 		e, ok := h.srv.keys["busy"]

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // wireEvent mirrors the webhook body independently of the package types.
@@ -35,7 +37,7 @@ func webhookConfig(rc *receiver, secrets ...string) Config {
 func waitDelivered(t *testing.T, srv *Server) DeliveryStats {
 	t.Helper()
 	var st DeliveryStats
-	waitFor(t, "webhook deliveries to finish", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "webhook deliveries to finish", func() bool {
 		st = srv.Deliveries()
 		return st.Pending == 0
 	})
@@ -242,7 +244,7 @@ func TestRunWithoutWebhooksAndSingleRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.srv.Run(ctx) }()
-	waitFor(t, "Run to start", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "Run to start", func() bool {
 		h.srv.mu.Lock()
 		defer h.srv.mu.Unlock()
 		return h.srv.webhooks.running
