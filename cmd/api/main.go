@@ -82,11 +82,15 @@ outbox dispatcher (publishes events to NATS JetStream), the fulfillment
 consumer, the webhook worker, the payment recoverer and the retention sweeper.
 Without NATS_URL it runs a NATS server inside the process (files under
 NATS_STORE_DIR). The payment provider is PSP_URL; "make run" starts the
-payment simulator as its own process and sets it. Migrations are applied at
-start unless AUTO_MIGRATE=false.
+payment simulator as its own process and sets it.
 
-When it listens it prints "oncepay is ready at <url>" on stdout (and, in demo
-mode, the demo tenants' API keys); logs are JSON lines on stderr. On a signal
+It listens at once: /healthz answers 200 and every other path 503 while it
+waits for the database and the broker, retrying each with backoff (every retry
+is logged) for at most STARTUP_TIMEOUT; past it, it exits naming what never
+answered. Once both answer it applies pending migrations (unless
+AUTO_MIGRATE=false), builds everything, serves the API and prints "oncepay is
+ready at <url>" on stdout (and, in demo mode, the demo tenants' API keys);
+logs are JSON lines on stderr. On a signal
 it stops accepting requests, gives in-flight ones SHUTDOWN_TIMEOUT to finish,
 then stops the workers. Work cut off is either committed or resumed by a
 client's retry or the recoverer.
@@ -97,6 +101,7 @@ Environment (default in brackets; the README lists every variable):
   DEMO_MODE             seed tenants acme/globex (keys sk_test_acme, sk_test_globex),
                         a catalog, and the demo UI's chaos endpoints [false]
   AUTO_MIGRATE          apply migrations at start [true]
+  STARTUP_TIMEOUT       how long to wait for the database and NATS at start [2m]
   LOG_LEVEL             debug, info, warn or error [info]
   NATS_URL              NATS server with JetStream; set it whenever more than one
                         API process runs [empty: embedded]
@@ -256,13 +261,20 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		return err
 	}
 	logger := newLogger(stderr, cfg.LogLevel)
-	a, err := app.New(ctx, cfg, logger, time.Now)
+	a, err := app.New(cfg, logger, time.Now)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	url := "http://" + a.Addr().String()
-	logger.Info("listening", "url", url, "demo_mode", cfg.DemoMode, "version", version())
+	logger.Info("listening", "url", url, "demo_mode", cfg.DemoMode, "version", version(), "startup_timeout", cfg.StartupTimeout.String())
+	if err := a.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped by a signal while it waited
+		}
+		return err
+	}
+	logger.Info("ready", "url", url)
 	fmt.Fprintf(stdout, "oncepay is ready at %s\n", url)
 	if cfg.DemoMode {
 		for _, t := range tenants.DemoTenants() {

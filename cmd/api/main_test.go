@@ -214,13 +214,16 @@ func TestTenantsCreateAndServe(t *testing.T) {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/products", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		res, err = http.DefaultClient.Do(req)
+		if err == nil && res.StatusCode != http.StatusServiceUnavailable {
+			break // 503 while it starts
+		}
 		if err == nil {
-			break
+			res.Body.Close()
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("server did not come up: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling for the listener, not for async work
+		time.Sleep(10 * time.Millisecond) // polling for the listener and the start, not for async work
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {

@@ -12,11 +12,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/demo"
@@ -28,6 +30,7 @@ import (
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -35,11 +38,23 @@ import (
 
 // App is the service with everything it runs.
 type App struct {
-	cfg     Config
-	logger  *slog.Logger
-	pool    *pgxpool.Pool
-	ln      net.Listener
-	handler http.Handler
+	cfg    Config
+	logger *slog.Logger
+	now    func() time.Time
+	opts   options
+	pool   *pgxpool.Pool
+	ln     net.Listener
+	// handler serves the starting answers until Start has built the API
+	// (startup.go), then the API.
+	handler  *switchHandler
+	api      http.Handler
+	verifier *webhooks.Verifier
+	srv      *http.Server
+	// served receives the end of srv.Serve.
+	served chan error
+	// dbAnswered and brokerAnswered say, while Start runs, what it no
+	// longer waits for (waitingFor).
+	dbAnswered, brokerAnswered atomic.Bool
 
 	orders    *orders.Service
 	payments  *payments.Service
@@ -49,6 +64,7 @@ type App struct {
 	// nats is the embedded broker (nil with NATS_URL set).
 	nats       *broker.Embedded
 	nc         *nats.Conn
+	js         jetstream.JetStream
 	dispatcher *outbox.Dispatcher
 	// events wakes the dispatcher after a commit that appended events.
 	events      *outbox.Signal
@@ -88,43 +104,49 @@ func WithFulfillmentHooks(h fulfillment.Hooks) Option {
 	return func(o *options) { o.fulfillmentHooks = h }
 }
 
-// New builds the running service (api serve): it connects to the database,
-// applies migrations (unless disabled), seeds the demo tenants in demo mode,
-// starts listening on cfg.HTTPAddr, connects the broker (embedding one
-// without NATS_URL), and builds every part. Serve runs them. The operator
-// commands do not use it; they build their one service (commands.go).
-func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) (_ *App, err error) {
-	var o options
+// New prepares the running service (api serve) without touching its
+// dependencies: it checks what the configuration alone decides (the
+// retention policy, the webhook secrets) and listens on cfg.HTTPAddr, so a
+// bad setting or a taken port fails at once. Start serves HTTP, waits for the
+// database and the broker and builds every part; Serve runs them. The
+// operator commands do not use it; they build their one service
+// (commands.go).
+func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) (*App, error) {
+	a := &App{cfg: cfg, logger: logger, now: now}
 	for _, opt := range opts {
-		opt(&o)
+		opt(&a.opts)
 	}
-	pool, err := OpenDatabase(ctx, cfg)
-	if err != nil {
+	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(Operations())); err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
+	if err := parseDatabaseURL(cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	// a is not the named result: every error path returns nil for it, and
-	// the cleanup must still see what was opened so far.
-	a := &App{cfg: cfg, logger: logger, pool: pool}
-	defer func() {
-		if err != nil {
-			a.Close()
-		}
-	}()
-	a.tenants = NewTenants(pool, cfg, now)
-	var demoTenants []tenants.Tenant
-	if cfg.DemoMode {
-		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
-			return nil, err
-		}
+	var err error
+	if a.verifier, err = webhooks.NewVerifier(cfg.PSPWebhookSecrets, now); err != nil {
+		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	a.handler = newSwitchHandler(httpapi.Starting(a.waitingFor, logger))
+	return a, nil
+}
+
+// build builds every part on the connected database and broker (Start):
+// it seeds the demo tenants in demo mode, declares the stream and the
+// consumer, and makes the API handler.
+func (a *App) build(ctx context.Context) (err error) {
+	cfg, logger, now, pool, o := a.cfg, a.logger, a.now, a.pool, a.opts
+	a.tenants = NewTenants(pool, cfg, now)
+	var demoTenants []tenants.Tenant
+	if cfg.DemoMode {
+		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
+			return err
+		}
+	}
 
 	specs := Operations()
-	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(specs)); err != nil {
-		return nil, fmt.Errorf("refusing to start: %w", err)
-	}
 	m := metrics.New()
 	m.Declare(knownSeries(specs))
 	idem := newStore(cfg, now, idempotency.WithObserver(func(op idempotency.Operation, outcome idempotency.Outcome) {
@@ -139,7 +161,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	a.orders = orderSvc
 	for _, t := range demoTenants {
 		if err := orderSvc.SeedCatalog(ctx, t.ID, orders.DemoCatalog()); err != nil {
-			return nil, fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
+			return fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
 	provider := payments.NewProvider(cfg.PSPURL,
@@ -147,15 +169,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
-		return nil, fmt.Errorf("refusing to start: %w", err)
+		return fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
-		return nil, err
-	}
-	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, now)
-	if err != nil {
-		return nil, fmt.Errorf("webhook secrets: %w", err)
+		return err
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
 		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
@@ -171,10 +189,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	}
 	if a.sweeper, err = newSweeper(pool, cfg, idem, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
-		return nil, err
+		return err
 	}
-	a.handler = httpapi.New(pool, m.Handler(),
-		webhooks.NewReceiver(pool, verifier, logger, now,
+	a.api = httpapi.New(pool, m.Handler(),
+		webhooks.NewReceiver(pool, a.verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
 		a.tenants,
 		orders.NewHandler(orderSvc),
@@ -184,7 +202,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP))
-	return a, nil
+	return nil
 }
 
 // The results of oncepay_consumer_messages_total.
@@ -213,10 +231,10 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 	return k
 }
 
-// startEvents connects the broker (embedding one unless NATS_URL is set),
-// declares the stream, and builds the outbox dispatcher and the fulfillment
-// consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) error {
+// connectBroker connects the broker (embedding one unless NATS_URL is
+// set), retrying a NATS_URL that does not answer yet until ctx ends.
+func (a *App) connectBroker(ctx context.Context) error {
+	cfg, logger := a.cfg, a.logger
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		var err error
@@ -225,11 +243,20 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		}
 		natsURL = a.nats.ClientURL()
 	}
-	nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"))
-	if err != nil {
+	return a.waitFor(ctx, depBroker, func(context.Context) error {
+		nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"))
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return permanent(err) // it answered, and refused us: waiting will not change that
+		}
+		a.nc, a.js = nc, js
 		return err
-	}
-	a.nc = nc
+	})
+}
+
+// startEvents declares the stream on the connected broker, and builds the
+// outbox dispatcher and the fulfillment consumer (rule 6); Serve runs them.
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) (err error) {
+	js := a.js
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
 	}
@@ -276,16 +303,20 @@ func (a *App) Orders() *orders.Service { return a.orders }
 // Sweeper returns the retention sweeper (for `api sweep` and tests).
 func (a *App) Sweeper() *retention.Sweeper { return a.sweeper }
 
-// Handler returns the HTTP handler.
-func (a *App) Handler() http.Handler { return a.handler }
+// Handler returns the API's HTTP handler (nil until Start has built it).
+func (a *App) Handler() http.Handler { return a.api }
 
 // Pool returns the database pool.
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
-// Close releases what New acquired. Call it after Serve returned.
+// Close releases what New and Start acquired. Call it after Serve, or a
+// Start that failed, returned; calling it again does nothing.
 func (a *App) Close() {
+	if a.srv != nil {
+		_ = a.srv.Close() // Serve's shutdown drained it already, or Start failed
+	}
 	if a.ln != nil {
-		_ = a.ln.Close() // Serve's shutdown closed it already, or it never served
+		_ = a.ln.Close() // closed with srv, or it never served
 	}
 	if a.dispatcher != nil {
 		a.dispatcher.Close()
@@ -296,19 +327,59 @@ func (a *App) Close() {
 	if a.nats != nil {
 		a.nats.Shutdown()
 	}
-	a.pool.Close()
+	if a.pool != nil {
+		a.pool.Close()
+	}
 }
 
-// Serve runs the API and the background workers until ctx is cancelled,
-// then shuts down in order: stop accepting and drain in-flight requests (at
-// most ShutdownTimeout), then stop the workers. Work cut off by the shutdown
-// is safe: it is either committed or resumed by a retry or by the recoverer
-// of another process.
-func (a *App) Serve(ctx context.Context) error {
-	srv := a.httpServer(a.handler)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(a.ln) }()
+// Start serves HTTP at once and brings the service up: it waits for the
+// database and the broker together, retrying each with backoff and logging
+// every retry; once the database answers it applies the migrations
+// (AUTO_MIGRATE), seeds the demo tenants in demo mode and builds every part,
+// and from then on the API answers. Until then /healthz answers 200 and
+// every other path, /readyz too, 503 service_unavailable (httpapi.Starting).
+// All of it must happen within StartupTimeout. Past it, or when a
+// dependency refuses us for good (a role or database that does not exist,
+// a broker that rejects our credentials), Start stops serving, releases what
+// it opened and returns one line that says what never came. Serve runs the
+// workers.
+func (a *App) Start(ctx context.Context) (err error) {
+	a.srv = a.httpServer(a.handler)
+	a.served = make(chan error, 1)
+	go func() { a.served <- a.srv.Serve(a.ln) }()
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeoutCause(ctx, a.cfg.StartupTimeout, errStartupTimeout)
+	defer cancel()
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	if a.cfg.AutoMigrate {
+		if err := postgres.Migrate(a.cfg.DatabaseURL); err != nil {
+			return err
+		}
+	}
+	if err := a.build(ctx); err != nil {
+		if errors.Is(context.Cause(ctx), errStartupTimeout) {
+			return fmt.Errorf("not ready within STARTUP_TIMEOUT (%s): %w", a.cfg.StartupTimeout, err)
+		}
+		return err
+	}
+	a.handler.serve(a.api)
+	return nil
+}
 
+// Serve runs the background workers, beside the API that Start serves,
+// until ctx is cancelled, then shuts down in order: stop accepting and drain
+// in-flight requests (at most ShutdownTimeout), then stop the workers. Work
+// cut off by the shutdown is safe: it is either committed or resumed by a
+// retry or by the recoverer of another process. Call it after Start returned
+// nil.
+func (a *App) Serve(ctx context.Context) error {
+	srv, errc := a.srv, a.served
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
 	var wg sync.WaitGroup

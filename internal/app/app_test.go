@@ -54,6 +54,7 @@ func testConfig(t *testing.T) app.Config {
 		IdempotencyLease:  30 * time.Second,
 		AuthCacheTTL:      time.Minute,
 		ShutdownTimeout:   5 * time.Second,
+		StartupTimeout:    time.Minute,
 		PSPAPIKey:         testPSPKey,
 		PSPTimeout:        5 * time.Second,
 		PSPWebhookSecrets: []string{app.DemoWebhookSecret},
@@ -110,11 +111,14 @@ func start(t *testing.T, appOpts []app.Option, psp func(*pspsim.Config), opts ..
 	if cfg.PSPURL == "" {
 		sim, cfg.PSPURL = startSimulator(t, cfg, psp, logger, clock.Now)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, clock.Now, appOpts...)
+	a, err := app.New(cfg, logger, clock.Now, appOpts...)
 	if err != nil {
-		cancel()
 		t.Fatalf("app.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("start: %v", err)
 	}
 	// Every exchange of every end-to-end test is checked against the
 	// OpenAPI description (openapi_test.go), so it cannot drift.

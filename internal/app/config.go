@@ -54,6 +54,11 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
 	ShutdownTimeout time.Duration
+	// StartupTimeout bounds how long `api serve` waits for the database and
+	// the broker to answer, retrying each with backoff, and then to become
+	// ready; past it, it exits naming what never answered (STARTUP_TIMEOUT,
+	// default 2m). Meanwhile /healthz answers 200 and /readyz 503.
+	StartupTimeout time.Duration
 
 	// PSPURL is the payment provider's base URL (PSP_URL; `api serve`
 	// refuses to start without it, see CheckServe). The service never runs a
@@ -142,6 +147,12 @@ func DefaultRetention() retention.Policy {
 	return p
 }
 
+// DefaultStartupTimeout is how long `api serve` waits for its database and
+// its broker unless STARTUP_TIMEOUT says otherwise: long enough for a
+// database container's first initialisation, short enough that a wrong
+// address is reported while someone still watches.
+const DefaultStartupTimeout = 2 * time.Minute
+
 // DemoWebhookSecret is the webhook secret of the demo. It is public (it is
 // in this repository), so anyone could sign a webhook with it: `api serve`
 // accepts it in demo mode only and otherwise refuses to start until
@@ -165,6 +176,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", idempotency.DefaultLease),
 		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", tenants.DefaultCacheTTL),
 		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+		StartupTimeout:   r.duration("STARTUP_TIMEOUT", DefaultStartupTimeout),
 
 		PSPURL:                getenv("PSP_URL"),
 		PSPAPIKey:             getenv("PSP_API_KEY"),
@@ -205,6 +217,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.ReadTimeout <= 0 {
 		r.errs = append(r.errs, fmt.Errorf("READ_TIMEOUT (%s) must be positive: without it a client that sends its request slowly holds the connection forever", c.ReadTimeout))
+	}
+	if c.StartupTimeout <= 0 {
+		r.errs = append(r.errs, fmt.Errorf("STARTUP_TIMEOUT (%s) must be positive: it is how long api serve waits for the database and the broker", c.StartupTimeout))
 	}
 	if c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))

@@ -21,8 +21,14 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	// Defaults: demo mode is off unless asked for.
 	c, err = app.ConfigFromEnv(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] })
-	if err != nil || c.DemoMode || c.ReadTimeout != 15*time.Second {
+	if err != nil || c.DemoMode || c.ReadTimeout != 15*time.Second || c.StartupTimeout != app.DefaultStartupTimeout {
 		t.Fatalf("default config = %+v, %v", c, err)
+	}
+	// Without a startup deadline api serve would wait for a wrong address
+	// forever.
+	noStartup := map[string]string{"DATABASE_URL": "postgres://x", "STARTUP_TIMEOUT": "0s"}
+	if _, err = app.ConfigFromEnv(func(k string) string { return noStartup[k] }); err == nil || !strings.Contains(err.Error(), "STARTUP_TIMEOUT (0s) must be positive") {
+		t.Fatalf("no startup timeout: %v", err)
 	}
 	// Without a read timeout a slow client holds its connection forever.
 	noRead := map[string]string{"DATABASE_URL": "postgres://x", "READ_TIMEOUT": "0s"}

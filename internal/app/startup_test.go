@@ -1,22 +1,133 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testkit"
 )
 
-// TestStartupErrorsAreReportedAndCleanedUp starts the service with one
-// dependency missing after the database pool is open. New must return the
-// one error that says what is wrong, never panic, and leave no connection to
-// the database behind.
+// The API starts before its database and its broker: it listens at once,
+// says it is alive and not ready, retries both (logging every retry), and
+// becomes ready without a restart once they come, migrations applied. The
+// database is this test's own with every migration reverted, behind a real
+// fault proxy that is off at first; the broker is a NATS server the test
+// starts later on the port of NATS_URL.
+func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	revertMigrations(t, cfg.DatabaseURL)
+	db := newOffProxy(t, cfg.DatabaseURL)
+	cfg.DatabaseURL = db.url
+	cfg.AutoMigrate = true
+	natsPort := freePort(t)
+	cfg.NATSURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	var nsrv *broker.Embedded
+	t.Cleanup(func() { // after the service's cleanup below
+		if nsrv != nil {
+			nsrv.Shutdown()
+		}
+	})
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(logs, nil), testkit.Logger(t).Handler()))
+	_, cfg.PSPURL = startSimulator(t, cfg, nil, logger, time.Now)
+
+	a, err := app.New(cfg, logger, time.Now)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		err := a.Start(ctx)
+		started <- err
+		if err != nil {
+			done <- nil
+			return
+		}
+		done <- a.Serve(ctx)
+	}()
+	b := &testBundle{baseURL: "http://" + a.Addr().String(), client: &http.Client{Timeout: 10 * time.Second, Transport: newOpenAPITransport(t, nil)}}
+	t.Cleanup(func() {
+		b.client.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		a.Close()
+	})
+	notReady := func(waits string) bool {
+		r := b.do(t, "GET", "/readyz", "", "", "")
+		if r.status == http.StatusOK {
+			t.Fatalf("/readyz = 200 while the service waits for %s", waits)
+		}
+		p := wantProblem(t, r, http.StatusServiceUnavailable, "service_unavailable")
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("/readyz 503 without Retry-After")
+		}
+		return p["detail"] == "The service is starting: it waits for "+waits+"."
+	}
+
+	// Alive and not ready from the moment it listens; the API answers 503.
+	if r := b.do(t, "GET", "/healthz", "", "", ""); r.status != http.StatusOK {
+		t.Fatalf("/healthz while starting = %d %s", r.status, r.body)
+	}
+	if !notReady("the database and NATS") {
+		t.Fatalf("/readyz does not say it waits for the database and NATS")
+	}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(plain.CloseIdleConnections)
+	wantProblem(t, (&testBundle{baseURL: b.baseURL, client: plain}).do(t, "GET", "/v1/products", acme, "", ""),
+		http.StatusServiceUnavailable, "service_unavailable")
+	testkit.WaitFor(t, 30*time.Second, "a logged retry of the database and of NATS", func() bool {
+		return logs.has(`"msg":"startup: waiting for a dependency","dependency":"database"`) &&
+			logs.has(`"msg":"startup: waiting for a dependency","dependency":"nats"`)
+	})
+
+	// The database comes; the service still waits for the broker.
+	if err := db.p.Start(); err != nil {
+		t.Fatalf("turn the database proxy on: %v", err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "/readyz to wait for NATS only", func() bool { return notReady("NATS") })
+
+	// The broker comes: ready, without a restart, with the schema migrated.
+	if nsrv, err = broker.StartEmbedded(t.TempDir(), logger, broker.WithPort(natsPort)); err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "/readyz to answer 200", func() bool {
+		return b.do(t, "GET", "/readyz", "", "", "").status == http.StatusOK
+	})
+	if err := <-started; err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if r := b.do(t, "POST", "/v1/orders", acme, "first-after-startup", orderBody); r.status != http.StatusCreated {
+		t.Fatalf("first order = %d %s", r.status, r.body)
+	}
+}
+
+// TestStartupErrorsAreReportedAndCleanedUp starts the service with a
+// dependency it cannot have. A taken HTTP_ADDR fails New at once; a
+// dependency that never answers fails Start at STARTUP_TIMEOUT, one that
+// refuses us for good (a role that does not exist) at once. Each error is one
+// line that says what is wrong, nothing panics, and a failed start leaves no
+// listener and no connection to the database behind.
 func TestStartupErrorsAreReportedAndCleanedUp(t *testing.T) {
 	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -24,35 +135,77 @@ func TestStartupErrorsAreReportedAndCleanedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { taken.Close() })
-	// A port that was free a moment ago and has nobody listening now.
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goneAddr := gone.Addr().String()
-	gone.Close()
+	goneAddr := net.JoinHostPort("127.0.0.1", fmt.Sprint(freePort(t))) // nobody listens there
 
 	for _, tc := range []struct {
-		name string
-		set  func(*app.Config)
-		want string
+		name    string
+		set     func(*app.Config)
+		inNew   bool          // New fails; otherwise Start
+		within  time.Duration // the error comes before this
+		want    []string
+		notWant string
 	}{
-		{"HTTP_ADDR in use", func(c *app.Config) { c.HTTPAddr = taken.Addr().String() }, "listen on " + taken.Addr().String()},
-		{"NATS unreachable", func(c *app.Config) { c.NATSURL = "nats://" + goneAddr }, "nats"},
+		{name: "HTTP_ADDR in use", inNew: true, within: 5 * time.Second,
+			set:  func(c *app.Config) { c.HTTPAddr = taken.Addr().String() },
+			want: []string{"listen on " + taken.Addr().String()}},
+		{name: "NATS never answers", within: 30 * time.Second,
+			set:  func(c *app.Config) { c.NATSURL = "nats://" + goneAddr; c.StartupTimeout = time.Second },
+			want: []string{"gave up after STARTUP_TIMEOUT (1s)", "NATS (NATS_URL) never answered", "no servers available"}, notWant: "database"},
+		{name: "nothing answers", within: 30 * time.Second,
+			set: func(c *app.Config) {
+				c.DatabaseURL = "postgres://oncepay@" + goneAddr + "/oncepay?sslmode=disable"
+				c.NATSURL = "nats://" + goneAddr
+				c.StartupTimeout = time.Second
+			},
+			want: []string{"gave up after STARTUP_TIMEOUT (1s)", "the database (DATABASE_URL) never answered", "; NATS (NATS_URL) never answered"}},
+		{name: "the database refuses the role", within: 30 * time.Second, // not the minute of STARTUP_TIMEOUT
+			set: func(c *app.Config) {
+				u, err := url.Parse(c.DatabaseURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				u.User = url.User("nobody_here")
+				c.DatabaseURL = u.String()
+			},
+			want: []string{"the database (DATABASE_URL) refused the connection", `role "nobody_here" does not exist`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig(t)
+			dbURL := cfg.DatabaseURL
 			tc.set(&cfg)
-			a, err := app.New(context.Background(), cfg, testkit.Logger(t), time.Now)
+			_, cfg.PSPURL = startSimulator(t, cfg, nil, testkit.Logger(t), time.Now)
+			begin := time.Now()
+			a, err := app.New(cfg, testkit.Logger(t), time.Now)
 			if err == nil {
-				a.Close()
-				t.Fatalf("New started with %s", tc.name)
+				defer a.Close()
+				if tc.inNew {
+					t.Fatalf("New started with %s", tc.name)
+				}
+				err = a.Start(context.Background())
+				if err == nil {
+					t.Fatalf("Start started with %s", tc.name)
+				}
+				// The failed start closed its listener.
+				if c, derr := net.DialTimeout("tcp", a.Addr().String(), time.Second); derr == nil {
+					c.Close()
+					t.Fatalf("a failed start still listens on %s", a.Addr())
+				}
+			} else if !tc.inNew {
+				t.Fatalf("New: %v, want it to listen and leave the waiting to Start", err)
 			}
-			if !strings.Contains(err.Error(), tc.want) || strings.Count(err.Error(), "\n") > 0 {
-				t.Fatalf("error = %q, want one line containing %q", err, tc.want)
+			if took := time.Since(begin); took > tc.within {
+				t.Fatalf("the error came after %v, want it within %v", took, tc.within)
 			}
-			conn, err := pgx.Connect(context.Background(), cfg.DatabaseURL)
+			if strings.Contains(err.Error(), "\n") || (tc.notWant != "" && strings.Contains(err.Error(), tc.notWant)) {
+				t.Fatalf("error = %q, want one line that does not mention %q", err, tc.notWant)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error = %q, want it to say %q", err, w)
+				}
+			}
+			conn, err := pgx.Connect(context.Background(), dbURL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,4 +223,81 @@ func TestStartupErrorsAreReportedAndCleanedUp(t *testing.T) {
 			})
 		})
 	}
+}
+
+// revertMigrations takes the database of dbURL back to no schema at all.
+func revertMigrations(t *testing.T, dbURL string) {
+	t.Helper()
+	m, err := postgres.NewMigrator(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	latest, err := postgres.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Down(int(latest)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// offProxy is a real TCP fault proxy (toxiproxy) in front of a test's
+// database that does not listen until the test turns it on (p.Start): a
+// database that is not up yet.
+type offProxy struct {
+	p   *toxiproxy.Proxy
+	url string
+}
+
+func newOffProxy(t *testing.T, dbURL string) *offProxy {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, t.Name(), "127.0.0.1:0", u.Host)
+	// Started once to hold a port of its own, then turned off.
+	if err := p.Start(); err != nil {
+		t.Fatalf("start proxy: %v", err)
+	}
+	p.Stop()
+	t.Cleanup(p.Stop)
+	_, port, err := net.SplitHostPort(p.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = net.JoinHostPort("127.0.0.1", port)
+	return &offProxy{p: p, url: u.String()}
+}
+
+// freePort returns a loopback port that was free a moment ago and has
+// nobody listening now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer collects log lines from the service's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) has(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Contains(s.b.String(), sub)
 }

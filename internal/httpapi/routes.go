@@ -126,6 +126,26 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	return e
 }
 
+// Starting returns the handler of a service that listens but is not built
+// yet: it waits for its database and its broker (app.Start). /healthz
+// answers 200, since the process is alive and will serve; /readyz and every
+// other path answer 503 service_unavailable with Retry-After, and the detail
+// says what the service waits for (waiting returns it, e.g. "the database
+// and NATS"), so a load balancer keeps traffic away and a person sees why.
+func Starting(waiting func() string, logger *slog.Logger) *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = ErrorHandler(logger)
+	e.Use(clientRequestID, middleware.RequestID(), requestLogger(logger, func(string, string, int, time.Duration) {}))
+	starting := func(echo.Context) error {
+		return &problem.Error{Code: problem.ServiceUnavailable, Detail: "The service is starting: it waits for " + waiting() + ".", RetryAfter: time.Second}
+	}
+	e.GET("/healthz", healthz)
+	e.Any("/*", starting)
+	return e
+}
+
 // adminAuth admits requests bearing the operator token (compared in
 // constant time) in their one Authorization header.
 func adminAuth(token string) echo.MiddlewareFunc {

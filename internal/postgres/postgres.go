@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,7 +112,23 @@ func InTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err err
 const (
 	codeUniqueViolation  = "23505"
 	codeLockNotAvailable = "55P03"
+	// Class 28, invalid authorization specification: a wrong password, a
+	// role that does not exist, a pg_hba.conf that refuses the client.
+	classInvalidAuthorization = "28"
+	codeInvalidCatalogName    = "3D000" // the database does not exist
 )
+
+// IsRejected reports whether err is the server refusing a connection for
+// a reason that asking again will not change: the credentials, the role or
+// the database of the URL. A server that is not up yet, or that is starting
+// or shutting down, is not rejecting: trying again may succeed.
+func IsRejected(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, classInvalidAuthorization) || pgErr.Code == codeInvalidCatalogName
+}
 
 // IsUniqueViolation reports whether err is a unique violation of the named
 // constraint (any constraint when constraint is empty).
