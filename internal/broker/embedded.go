@@ -37,11 +37,15 @@ type EmbeddedOption func(*Embedded)
 // the port its clients already know (see Embedded.Port).
 func WithPort(port int) EmbeddedOption { return func(e *Embedded) { e.port = port } }
 
-// WithSyncAlways makes JetStream fsync every message before it sends the
-// PubAck when on is true. Off (the default, as in JetStream), messages are
-// written to the file store at once and fsynced every two minutes: a crash
-// of the process loses nothing, a power loss can lose the last unsynced
-// messages even though the outbox has marked them published.
+// WithSyncAlways(false) turns off what the embedded server does by
+// default: fsync every message before it sends the PubAck
+// (sync_interval: always). The outbox marks an event published on that
+// PubAck, so only a synced message may be acknowledged: off, as in
+// JetStream's own default, messages reach the file store at once and are
+// fsynced every two minutes, and a power loss can lose the last of them
+// after the outbox forgot them. Turn it off only where a test or a
+// benchmark measures something other than the disk (outboxbench's
+// --sync-always=false); api serve never does.
 func WithSyncAlways(on bool) EmbeddedOption { return func(e *Embedded) { e.syncAlways = on } }
 
 // StartEmbedded starts a nats-server with JetStream storing its files under
@@ -55,7 +59,7 @@ func StartEmbedded(dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Em
 		// that every embedded server of the machine shares.
 		return nil, errors.New("embedded nats-server: a store directory is required")
 	}
-	e := &Embedded{dir: dir}
+	e := &Embedded{dir: dir, syncAlways: true}
 	for _, o := range opts {
 		o(e)
 	}

@@ -97,7 +97,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.workers, "workers", 0, "fulfillment workers (0: the consumer's default)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "length of the latency phase (0 skips it)")
 	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "load at --rate before the latency phase is measured")
-	fs.BoolVar(&c.syncAlways, "sync-always", false, "fsync every JetStream message before its PubAck")
+	fs.BoolVar(&c.syncAlways, "sync-always", false, "fsync every JetStream message before its PubAck, as api serve's embedded server always does (off here: the burn-down measures the outbox, not the disk; docs/BENCHMARKS.md)")
 	fs.Float64Var(&c.minRate, "min-rate", 5000, "fail below this burn-down rate (events/s); 0 disables")
 	fs.DurationVar(&c.maxP99, "max-p99", 100*time.Millisecond, "fail above this p99 commit-to-consumed latency; 0 disables")
 	fs.Float64Var(&c.maxRSSMiB, "max-rss-mib", 250, "fail above this peak RSS (MiB); 0 disables")
