@@ -7,8 +7,16 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/api ./cmd/api \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/pspsim ./proving/cmd/pspsim
+# VERSION is what `api version` prints and `api serve` logs. Empty, it is
+# the git revision of the checkout the image is built from (the build
+# context includes .git for that), "-dirty" with uncommitted changes; a
+# checkout without its .git directory (a git worktree, a tarball) gives
+# "unknown" unless VERSION is given.
+ARG VERSION=
+RUN version="${VERSION:-$(git -c safe.directory=/src describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)}" \
+ && echo "building oncepay ${version}" \
+ && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.buildVersion=${version}" -o /out/api ./cmd/api \
+ && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/pspsim ./proving/cmd/pspsim
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/api /out/pspsim /usr/local/bin/

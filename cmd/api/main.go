@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -266,7 +267,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		return err
 	}
 	defer a.Close()
-	url := "http://" + a.Addr().String()
+	url := browserURL(a.Addr())
 	logger.Info("listening", "url", url, "demo_mode", cfg.DemoMode, "version", version(), "startup_timeout", cfg.StartupTimeout.String())
 	if err := a.Start(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -516,7 +517,29 @@ func validSlug(s string) bool {
 	return true
 }
 
+// browserURL is the URL a person opens to reach the API listening on addr:
+// a wildcard address (HTTP_ADDR=0.0.0.0:8080 in a container, or :8080)
+// becomes 127.0.0.1, which reaches it from the same machine and, through a
+// port published as in docker-compose.yml, from the container's host.
+func browserURL(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && (tcp.IP == nil || tcp.IP.IsUnspecified()) {
+		return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+	}
+	return "http://" + addr.String()
+}
+
+// buildVersion is the version given at build time
+// (-ldflags "-X main.buildVersion=..."; the Dockerfile sets it from its
+// VERSION argument or the checkout's git revision). It is set by the
+// linker, never at run time.
+var buildVersion string
+
+// version is buildVersion, or else the module version and the VCS revision
+// the go command stamped into the binary.
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {

@@ -281,3 +281,39 @@ func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
 		}
 	}
 }
+
+// The URL logged at start is one a person can open: a wildcard listen
+// address (a container's HTTP_ADDR=0.0.0.0:8080) is not.
+func TestBrowserURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr string
+		want string
+	}{
+		{"0.0.0.0:8080", "http://127.0.0.1:8080"},
+		{"[::]:8080", "http://127.0.0.1:8080"},
+		{"127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{"[::1]:9000", "http://[::1]:9000"},
+		{"192.0.2.7:80", "http://192.0.2.7:80"},
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := browserURL(addr); got != tc.want {
+			t.Errorf("browserURL(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// A version given at build time (the Dockerfile's) is the version logged;
+// without it, the go command's stamp. Not parallel: it sets what the linker
+// sets.
+func TestVersionGivenAtBuildTime(t *testing.T) {
+	old := buildVersion
+	t.Cleanup(func() { buildVersion = old })
+	buildVersion = "3f2c1ab-dirty"
+	if got := version(); got != "3f2c1ab-dirty" {
+		t.Fatalf("version() = %q, want the build-time version", got)
+	}
+}

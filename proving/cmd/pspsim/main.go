@@ -43,6 +43,9 @@ type options struct {
 	addr     string
 	logLevel slog.Level
 	cfg      pspsim.Config
+	// checkHealth asks the simulator on addr for /healthz instead of
+	// serving (--check-health).
+	checkHealth bool
 }
 
 // run is main without process globals, so tests can drive it: it serves
@@ -55,6 +58,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if err != nil {
 		return err
+	}
+	if opts.checkHealth {
+		return checkHealth(ctx, opts.addr)
 	}
 
 	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: opts.logLevel}))
@@ -121,6 +127,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return errors.Join(serveErr, shutdownErr, runErr)
 }
 
+// checkHealth asks the simulator listening on addr for GET /healthz; a
+// wildcard host (0.0.0.0 in a container) is asked on the loopback.
+func checkHealth(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("check health: %w", err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(host, port) + "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("check health: %w", err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("check health: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("check health: GET %s answered %s", url, res.Status)
+	}
+	return nil
+}
+
 // usageHeader introduces --help output.
 const usageHeader = `pspsim - payment service provider simulator for oncepay
 
@@ -184,6 +218,7 @@ func parseOptions(args []string, getenv func(string) string, stdout io.Writer) (
 	ef.float(&faults.DropRate, "drop-rate", "PSP_DROP_RATE", 0, "probability [0,1] of charging, then dropping the connection unanswered")
 	ef.float(&faults.DeclineRate, "decline-rate", "PSP_DECLINE_RATE", 0, "probability [0,1] that a pm_card_ok charge is declined anyway")
 	ef.str(&logLevel, "log-level", "PSP_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&opts.checkHealth, "check-health", false, "do not serve: exit 0 if the simulator listening on --addr answers GET /healthz with 200 (a container healthcheck; the image has no shell)")
 
 	if err := errors.Join(ef.errs...); err != nil {
 		return options{}, fmt.Errorf("read environment: %w", err)

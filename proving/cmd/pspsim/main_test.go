@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -107,6 +108,15 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /healthz: got %d, want 200", resp.StatusCode)
 	}
+	// The compose healthcheck: the same command, asked to check instead of
+	// serve, with the API key of the environment it shares.
+	_, port, _ := net.SplitHostPort(addr)
+	if err := run(ctx, []string{"pspsim", "--check-health", "-addr", "0.0.0.0:" + port}, environment, io.Discard); err != nil {
+		t.Fatalf("--check-health of a running simulator: %v", err)
+	}
+	if err := run(ctx, []string{"pspsim", "--check-health", "-addr", "127.0.0.1:" + freePort(t)}, environment, io.Discard); err == nil {
+		t.Fatalf("--check-health where nothing listens: nil, want an error")
+	}
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges",
 		strings.NewReader(`{"amount":100,"currency":"EUR","payment_method":"pm_card_ok","metadata":{"reference":"r1"}}`))
@@ -169,4 +179,17 @@ func waitForListenAddr(t *testing.T, logs *syncBuffer, done <-chan error) string
 			t.Fatalf("no listening log line:\n%s", logs.String())
 		}
 	}
+}
+
+// freePort returns a loopback port that was free a moment ago and has
+// nobody listening now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }
