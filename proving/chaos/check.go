@@ -545,14 +545,20 @@ func lastAnswer(call Call) string {
 	return fmt.Sprintf("%d %s", call.Status, call.Code)
 }
 
-// contradiction says how the database contradicts a definite answer, or "".
+// contradiction says how the database contradicts a definite answer, or
+// "": the resource the answer named exists, under the key, with what the
+// answer said about it (its id, status, amount, and what it belongs to),
+// and a refusal left nothing behind under its key.
 func (c *checker) contradiction(tenant string, call Call) string {
 	ok := call.Status < 300
 	switch call.Op {
 	case OpOrder:
 		o, found := c.orderByKey[tk(tenant, call.Key)]
-		if !found || o.ID != call.ResourceID {
+		switch {
+		case !found || o.ID != call.ResourceID:
 			return fmt.Sprintf("answered order %s, the key's order is %q", call.ResourceID, o.ID)
+		case o.AmountTotal != call.Amount:
+			return fmt.Sprintf("answered order %s of %d, the order is of %d", o.ID, call.Amount, o.AmountTotal)
 		}
 	case OpPay:
 		p, found := c.paymentByKey[tk(tenant, call.Key)]
@@ -561,6 +567,8 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered payment %s, the key's payment is %q", call.ResourceID, p.ID)
 		case ok && (p.Status != statusSucceeded || call.ResourceStatus != statusSucceeded):
 			return fmt.Sprintf("answered %d with a %s payment, the payment is %s", call.Status, call.ResourceStatus, p.Status)
+		case ok && (p.Amount != call.Amount || p.OrderID != call.Parent):
+			return fmt.Sprintf("answered payment %s of %d for order %s, the payment is of %d for order %s", p.ID, call.Amount, call.Parent, p.Amount, p.OrderID)
 		case call.Code == "card_declined" && (!found || p.Status != statusFailed):
 			return fmt.Sprintf("answered card_declined, the key's payment %q is %q", p.ID, p.Status)
 		case call.Code == "order_already_paid" && found:
@@ -573,6 +581,10 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered refund %s, the key's refund is %q", call.ResourceID, r.ID)
 		case ok && r.Status != statusSucceeded:
 			return fmt.Sprintf("answered %d, refund %s is %s", call.Status, r.ID, r.Status)
+		case ok && (r.Amount != call.Amount || r.PaymentID != call.Parent):
+			return fmt.Sprintf("answered refund %s of %d of payment %s, the refund is of %d of payment %s", r.ID, call.Amount, call.Parent, r.Amount, r.PaymentID)
+		case call.Code == "refund_exceeds_payment" && found && r.Status == statusSucceeded:
+			return fmt.Sprintf("answered refund_exceeds_payment, yet the key's refund %s succeeded", r.ID)
 		}
 	}
 	return ""

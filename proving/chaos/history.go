@@ -209,6 +209,12 @@ type Call struct {
 	ResourceID string `json:"resource_id,omitempty"`
 	// ResourceStatus is the payment's or refund's status in a 2xx answer.
 	ResourceStatus string `json:"resource_status,omitempty"`
+	// Amount is the amount a 2xx answer named: the order's total, the
+	// payment's or the refund's amount.
+	Amount int64 `json:"amount,omitempty"`
+	// Parent is what a 2xx answer said the resource belongs to: a
+	// payment's order, a refund's payment.
+	Parent string `json:"parent,omitempty"`
 	// Attempts counts the client's HTTP attempts.
 	Attempts int `json:"attempts"`
 	// Err is the client's error when the call ended without a definite
