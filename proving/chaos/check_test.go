@@ -4,17 +4,27 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 )
 
 // cleanHistory is a recorded history of four intents in which everything
 // went right despite faults: a partially refunded order, an order paid on
 // the second card after a decline (its client saw a 503 on the way), an
 // order whose only card was declined, and a fully refunded order whose
-// second refund was refused. Every test case breaks exactly one invariant
-// of a copy of it.
+// second refund was refused; meanwhile the database was killed once, the
+// APIs stayed up and came back. Every test case breaks exactly one
+// invariant of a copy of it.
 func cleanHistory() History {
 	const t = "acme"
 	return History{
+		Outages: []Outage{{
+			Kind: PostgresKilled, Began: outageBegan, Ended: outageBegan.Add(1500 * time.Millisecond),
+			Probes: []Probe{
+				{API: 0, At: outageBegan, Alive: true, Healthz: 200, Readyz: 503},
+				{API: 1, At: outageBegan, Alive: true, Healthz: 200, Readyz: 503},
+			},
+			Back: []Reconnect{{API: 0, Ready: 300 * time.Millisecond, Listening: time.Second}, {API: 1, Ready: 200 * time.Millisecond, Listening: 2 * time.Second}},
+		}},
 		Features: Features{Dispatcher: true, Fulfillment: true},
 		DB: DBState{
 			Orders: []Order{
@@ -124,6 +134,9 @@ func cleanHistory() History {
 	}
 }
 
+// outageBegan is when the database of cleanHistory went away.
+var outageBegan = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
 // clone deep-copies a history, so a case's mutation stays its own.
 func clone(t *testing.T, h History) History {
 	t.Helper()
@@ -154,6 +167,20 @@ func TestCheckCleanHistory(t *testing.T) {
 	h.DB.StockAfter = h.DB.StockBefore
 	if v := Check(h); len(v) != 0 {
 		t.Fatalf("clean history without dispatcher and fulfillment: %v", v)
+	}
+	// A client that gave up on 5xx answers while the database was away is
+	// no violation once its call, resumed after settling, is definite.
+	h = clone(t, cleanHistory())
+	c := &h.Outcomes[0].Calls[1]
+	resumed := *c
+	c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount, c.Attempts = 500, "internal", "", "", "", 0, 10
+	c.Ended = outageBegan.Add(5 * time.Second)
+	c.Resumed = &resumed
+	if v := Check(h); len(v) != 0 {
+		t.Fatalf("a client that gave up during an outage: %v", v)
+	}
+	if n := GaveUpDuringOutages(h); n != 1 {
+		t.Fatalf("GaveUpDuringOutages = %d, want 1", n)
 	}
 }
 
@@ -250,6 +277,13 @@ func TestCheckReportsEachViolation(t *testing.T) {
 			c := &h.Outcomes[1].Calls[2]
 			c.Status, c.Code, c.ResourceID, c.ResourceStatus = 402, "card_declined", "", ""
 		}},
+		{"client gave up on a 500 long after the database came back", ClientUnresolved, "intent 1 payments.create k1-pay", func(h *History) {
+			c := &h.Outcomes[0].Calls[1]
+			resumed := *c
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount, c.Attempts = 500, "internal", "", "", "", 0, 10
+			c.Ended = outageBegan.Add(time.Minute)
+			c.Resumed = &resumed
+		}},
 		{"order answer names another order", AnswerMismatch, "intent 4 orders.create k4-order", func(h *History) {
 			h.Outcomes[3].Calls[0].ResourceID = "o3"
 		}},
@@ -277,6 +311,18 @@ func TestCheckReportsEachViolation(t *testing.T) {
 			h.DB.StockAfter = slices.DeleteFunc(h.DB.StockAfter, func(s Stock) bool { return s.SKU == "dripper" })
 			h.Ledger.Charges = slices.DeleteFunc(h.Ledger.Charges, func(c Charge) bool { return c.Reference == "p4" })
 			h.Outcomes[2].Calls = h.Outcomes[2].Calls[:1]
+		}},
+		{"readyz said ready while the database was away", UnhealthyDuringOutage, "postgres_killed 1 api-1", func(h *History) {
+			h.Outages[0].Probes[1].Readyz = 200
+		}},
+		{"an API exited while the database was away", UnhealthyDuringOutage, "postgres_killed 1 api-0", func(h *History) {
+			h.Outages[0].Probes[0] = Probe{API: 0, At: outageBegan, Alive: false}
+		}},
+		{"an API never ready again", NotReconnected, "postgres_killed 1 api-0", func(h *History) {
+			h.Outages[0].Back[0].Ready = -1
+		}},
+		{"an API's outbox listener never back", NotReconnected, "postgres_killed 1 api-1", func(h *History) {
+			h.Outages[0].Back[1].Listening = -1
 		}},
 		{"fresh key refused as reused", UnexpectedAnswer, "intent 3 payments.create k3-pay", func(h *History) {
 			c := &h.Outcomes[2].Calls[1]

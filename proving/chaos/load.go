@@ -92,7 +92,7 @@ func (d *driver) record(op, key string, meta client.Meta, err error, t told) Cal
 	if meta.Replayed {
 		d.stats.replayed.Add(1)
 	}
-	c := Call{Op: op, Key: key, Status: meta.Status, Attempts: meta.Attempts}
+	c := Call{Op: op, Key: key, Status: meta.Status, Attempts: meta.Attempts, Ended: time.Now().UTC()}
 	var apiErr *client.Error
 	switch {
 	case err == nil:
