@@ -184,10 +184,13 @@ type OutageStats struct {
 	Longest time.Duration `json:"longest"`
 	// Probes of the APIs while it was away, and how many answered
 	// /healthz 200 and /readyz 503.
-	Probes, Healthy, NotReady int
+	Probes   int `json:"probes"`
+	Healthy  int `json:"healthy"`
+	NotReady int `json:"not_ready"`
 	// Ready and Listening are the longest an API took, after the database
 	// was back, to answer /readyz 200 and to LISTEN again.
-	Ready, Listening time.Duration
+	Ready     time.Duration `json:"ready"`
+	Listening time.Duration `json:"listening"`
 }
 
 func outageStats(all []Outage) OutageStats {
