@@ -135,15 +135,15 @@ bench-outbox:
 	 trap 'scripts/postgres.sh --stop bench || true' EXIT; \
 	 $(GO) run ./proving/cmd/outboxbench $(OUTBOXBENCH_ARGS)
 
-## chaos: start the real stack (2 APIs, pspsim, PostgreSQL, NATS with the outbox) and drive CHAOS_INTENTS
-##        seeded intents through real faults, then check "charged exactly once" and the other invariants;
-##        CHAOS_SEED replays a schedule, CHAOS_ARGS passes more flags (docs/RELIABILITY.md)
+## chaos: start the real stack (2 APIs, pspsim, a PostgreSQL of the run's own, NATS with the outbox) and drive
+##        CHAOS_INTENTS seeded intents through real faults (the database killed and stopped among them), then check
+##        "charged exactly once" and the other invariants; CHAOS_SEED replays a schedule, CHAOS_ARGS passes more
+##        flags (--db-faults=false runs on DATABASE_URL without database faults; docs/RELIABILITY.md)
 CHAOS_INTENTS ?= 10000
 CHAOS_SEED ?= 1
 CHAOS_ARGS ?=
 chaos:
-	@DATABASE_URL="$$(scripts/postgres.sh chaos)"; export DATABASE_URL; \
-	 $(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
+	$(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
 
 ## pg-stop: stop the private PostgreSQL clusters
 pg-stop:

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/oncepay/oncepay/internal/testdb"
 )
 
 // repoRoot is the module root, two folders up from this package.
@@ -26,12 +24,14 @@ func repoRoot(t *testing.T) string {
 }
 
 // TestChaosShort is the short chaos run CI does: the real binaries, built
-// into a temporary folder, on a fresh database, 200 seeded intents and
-// every kind of fault at least once. It must find no violation.
+// into a temporary folder, on a private PostgreSQL cluster of the run's
+// own (it is killed once and stopped once), 200 seeded intents and every
+// kind of fault at least once. It must find no violation.
 func TestChaosShort(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	// The bound covers the race builds of three binaries too: on a loaded
+	// 2-core machine they alone took more than three minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Config{
 		Seed:          1,
@@ -39,7 +39,7 @@ func TestChaosShort(t *testing.T) {
 		Concurrency:   8,
 		RepoDir:       repoRoot(t),
 		WorkDir:       t.TempDir(),
-		DatabaseURL:   url,
+		DBFaults:      true,
 		Race:          raceEnabled,
 		ProxyRate:     0.15,
 		IntentBudget:  60 * time.Second,
@@ -69,12 +69,12 @@ func TestChaosShort(t *testing.T) {
 // another one, and a short plan still schedules every timed fault.
 func TestPlanIsReplayable(t *testing.T) {
 	t.Parallel()
-	a := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400})
-	b := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400})
+	a := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true})
+	b := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true})
 	if a.Hash() != b.Hash() {
 		t.Fatalf("same seed, different schedules: %s vs %s", a.Hash(), b.Hash())
 	}
-	if c := NewPlan(8, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400}); c.Hash() == a.Hash() {
+	if c := NewPlan(8, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true}); c.Hash() == a.Hash() {
 		t.Fatal("another seed, the same schedule")
 	}
 	kinds := map[StepKind]bool{}
@@ -85,7 +85,8 @@ func TestPlanIsReplayable(t *testing.T) {
 		}
 	}
 	for _, k := range []StepKind{StepKillAPI, StepKillRecorder, StepTerminatePG, StepProviderFail, StepProviderTimeout, StepProviderDrop,
-		StepProviderRates, StepWebhookDup, StepWebhookReorder, StepKillDispatcher, StepKillBroker, StepReplay} {
+		StepProviderRates, StepWebhookDup, StepWebhookReorder, StepKillDispatcher, StepKillBroker, StepReplay,
+		StepKillPostgres, StepPostgresOutage} {
 		if !kinds[k] {
 			t.Errorf("no %s step in a 150-intent plan", k)
 		}
@@ -133,5 +134,34 @@ func TestStartStackFailureIsReported(t *testing.T) {
 	}
 	if !strings.Contains(string(log), `"msg":"pspsim stopped"`) {
 		t.Fatalf("the simulator of the failed start was not stopped; its log:\n%s", log)
+	}
+}
+
+// The default long run (10,000 intents) kills the database several times
+// (both ways) and stops it several times, each time for 2 to 20 seconds;
+// without database faults the plan has none.
+func TestPlanDatabaseFaults(t *testing.T) {
+	t.Parallel()
+	p := NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400, Postgres: true})
+	kills, whole, outages := 0, 0, 0
+	for _, s := range p.Steps {
+		switch s.Kind {
+		case StepKillPostgres:
+			kills++
+			whole += s.N
+		case StepPostgresOutage:
+			outages++
+			if s.Down < 2*time.Second || s.Down > 20*time.Second {
+				t.Errorf("outage of %v, want 2-20s", s.Down)
+			}
+		}
+	}
+	if kills < 3 || whole == 0 || whole == kills || outages < 3 {
+		t.Errorf("%d kills of PostgreSQL (%d of every server process), %d outages; want several of each", kills, whole, outages)
+	}
+	for _, s := range NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400}).Steps {
+		if s.Kind == StepKillPostgres || s.Kind == StepPostgresOutage {
+			t.Fatalf("a plan without database faults has a %s step", s.Kind)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Kind names one invariant. A Violation of it is a bug of the service (or of
@@ -78,6 +79,14 @@ const (
 	// UnexpectedAnswer: a definite answer no intent of the run may get
 	// (400, 404, 422 idempotency_key_reused, ...).
 	UnexpectedAnswer Kind = "unexpected_answer"
+	// UnhealthyDuringOutage: while the database was away, an API process
+	// exited, its /healthz did not answer 200, or its /readyz did not
+	// answer 503: the process must stay up and say it is not ready.
+	UnhealthyDuringOutage Kind = "api_unhealthy_during_outage"
+	// NotReconnected: after the database came back, an API's /readyz did
+	// not answer 200 within reconnectBound, or (with the dispatcher) it
+	// did not LISTEN for outbox notifications again: a connection left dead.
+	NotReconnected Kind = "api_not_reconnected"
 	// DataRace: a race-enabled process reported a data race.
 	DataRace Kind = "data_race"
 )
@@ -87,7 +96,7 @@ var Kinds = []Kind{
 	DoubleCharge, ChargeWithoutPayment, ChargeMismatch, Unsettled, OrderStatusMismatch,
 	RefundExceedsPayment, RefundMismatch, EventMissing, EventDuplicated, EventUnpublished,
 	EventUnconsumed, FulfillmentMismatch, StockMismatch, WebhookUnprocessed,
-	IntentNotDefinite, ClientUnresolved, AnswerMismatch, UnexpectedAnswer, DataRace,
+	IntentNotDefinite, ClientUnresolved, AnswerMismatch, UnexpectedAnswer, UnhealthyDuringOutage, NotReconnected, DataRace,
 }
 
 // Violation is one broken invariant: which, about what, and the evidence.
@@ -127,6 +136,7 @@ func Check(h History) []Violation {
 	}
 	c.settled()
 	c.outcomes()
+	c.outages()
 	if h.DataRaces > 0 {
 		c.add(DataRace, "processes", "%d data race report(s) in the logs", h.DataRaces)
 	}
@@ -520,7 +530,7 @@ func (c *checker) outcomes() {
 				c.add(IntentNotDefinite, subject, "no definite answer (%s), not after settling either, and no final record", lastAnswer(call))
 				continue
 			}
-			if !call.Definite() {
+			if !call.Definite() && !c.gaveUpDuringOutage(call) {
 				c.add(ClientUnresolved, subject, "no definite answer after %d attempts: %s", call.Attempts, lastAnswer(call))
 			}
 			if !final.Definite() {
@@ -545,14 +555,20 @@ func lastAnswer(call Call) string {
 	return fmt.Sprintf("%d %s", call.Status, call.Code)
 }
 
-// contradiction says how the database contradicts a definite answer, or "".
+// contradiction says how the database contradicts a definite answer, or
+// "": the resource the answer named exists, under the key, with what the
+// answer said about it (its id, status, amount, and what it belongs to),
+// and a refusal left nothing behind under its key.
 func (c *checker) contradiction(tenant string, call Call) string {
 	ok := call.Status < 300
 	switch call.Op {
 	case OpOrder:
 		o, found := c.orderByKey[tk(tenant, call.Key)]
-		if !found || o.ID != call.ResourceID {
+		switch {
+		case !found || o.ID != call.ResourceID:
 			return fmt.Sprintf("answered order %s, the key's order is %q", call.ResourceID, o.ID)
+		case o.AmountTotal != call.Amount:
+			return fmt.Sprintf("answered order %s of %d, the order is of %d", o.ID, call.Amount, o.AmountTotal)
 		}
 	case OpPay:
 		p, found := c.paymentByKey[tk(tenant, call.Key)]
@@ -561,6 +577,8 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered payment %s, the key's payment is %q", call.ResourceID, p.ID)
 		case ok && (p.Status != statusSucceeded || call.ResourceStatus != statusSucceeded):
 			return fmt.Sprintf("answered %d with a %s payment, the payment is %s", call.Status, call.ResourceStatus, p.Status)
+		case ok && (p.Amount != call.Amount || p.OrderID != call.Parent):
+			return fmt.Sprintf("answered payment %s of %d for order %s, the payment is of %d for order %s", p.ID, call.Amount, call.Parent, p.Amount, p.OrderID)
 		case call.Code == "card_declined" && (!found || p.Status != statusFailed):
 			return fmt.Sprintf("answered card_declined, the key's payment %q is %q", p.ID, p.Status)
 		case call.Code == "order_already_paid" && found:
@@ -573,7 +591,92 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered refund %s, the key's refund is %q", call.ResourceID, r.ID)
 		case ok && r.Status != statusSucceeded:
 			return fmt.Sprintf("answered %d, refund %s is %s", call.Status, r.ID, r.Status)
+		case ok && (r.Amount != call.Amount || r.PaymentID != call.Parent):
+			return fmt.Sprintf("answered refund %s of %d of payment %s, the refund is of %d of payment %s", r.ID, call.Amount, call.Parent, r.Amount, r.PaymentID)
+		case call.Code == "refund_exceeds_payment" && found && r.Status == statusSucceeded:
+			return fmt.Sprintf("answered refund_exceeds_payment, yet the key's refund %s succeeded", r.ID)
 		}
 	}
 	return ""
+}
+
+// outageGrace is how long after the database came back a client's call
+// that gave up still counts as given up during the outage: the APIs first
+// need to be ready again, and each dead connection in their pools fails one
+// request.
+const outageGrace = 10 * time.Second
+
+// gaveUpDuringOutage reports whether a call ended without an answer, or on
+// a 5xx, while the database was away (or within outageGrace after it came
+// back). A client's retries are bounded, an outage of 20 s outlasts them,
+// and a 5xx promises nothing: such a call is resumed after settling and
+// must be definite then, but its giving up is not the service's fault.
+func (c *checker) gaveUpDuringOutage(call Call) bool {
+	if call.Ended.IsZero() || (call.Status != 0 && call.Status < 500) {
+		return false
+	}
+	for _, o := range c.h.Outages {
+		if !call.Ended.Before(o.Began) && !call.Ended.After(o.Ended.Add(outageGrace)) {
+			return true
+		}
+	}
+	return false
+}
+
+// GaveUpDuringOutages counts the calls whose client gave up while the
+// database was away (see gaveUpDuringOutage).
+func GaveUpDuringOutages(h History) int {
+	c := &checker{h: h}
+	n := 0
+	for _, o := range h.Outcomes {
+		for _, call := range o.Calls {
+			if !call.Definite() && c.gaveUpDuringOutage(call) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// outages checks what the APIs answered while the database was away, and
+// that they came back by themselves.
+func (c *checker) outages() {
+	for i, o := range c.h.Outages {
+		bad := map[int][]string{}
+		for _, p := range o.Probes {
+			var problems []string
+			if !p.Alive {
+				problems = append(problems, "the process had exited")
+			} else {
+				if p.Healthz != 200 {
+					problems = append(problems, fmt.Sprintf("/healthz answered %d", p.Healthz))
+				}
+				if p.Readyz != 503 {
+					problems = append(problems, fmt.Sprintf("/readyz answered %d", p.Readyz))
+				}
+				if len(problems) > 0 && p.Err != "" {
+					problems = append(problems, p.Err)
+				}
+			}
+			if len(problems) > 0 {
+				bad[p.API] = append(bad[p.API], fmt.Sprintf("%s after the database went: %s",
+					p.At.Sub(o.Began).Round(time.Millisecond), strings.Join(problems, ", ")))
+			}
+		}
+		for api, problems := range bad {
+			c.add(UnhealthyDuringOutage, fmt.Sprintf("%s %d api-%d", o.Kind, i+1, api), "%s", strings.Join(problems, "; "))
+		}
+		for _, b := range o.Back {
+			var problems []string
+			if b.Ready < 0 {
+				problems = append(problems, fmt.Sprintf("/readyz not 200 within %v", reconnectBound))
+			}
+			if b.Listening < 0 {
+				problems = append(problems, fmt.Sprintf("no LISTEN connection for outbox notifications within %v", reconnectBound))
+			}
+			if len(problems) > 0 {
+				c.add(NotReconnected, fmt.Sprintf("%s %d api-%d", o.Kind, i+1, b.API), "after the database came back: %s", strings.Join(problems, "; "))
+			}
+		}
+	}
 }

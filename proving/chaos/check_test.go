@@ -4,17 +4,27 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 )
 
 // cleanHistory is a recorded history of four intents in which everything
 // went right despite faults: a partially refunded order, an order paid on
 // the second card after a decline (its client saw a 503 on the way), an
 // order whose only card was declined, and a fully refunded order whose
-// second refund was refused. Every test case breaks exactly one invariant
-// of a copy of it.
+// second refund was refused; meanwhile the database was killed once, the
+// APIs stayed up and came back. Every test case breaks exactly one
+// invariant of a copy of it.
 func cleanHistory() History {
 	const t = "acme"
 	return History{
+		Outages: []Outage{{
+			Kind: PostgresKilled, Began: outageBegan, Ended: outageBegan.Add(1500 * time.Millisecond),
+			Probes: []Probe{
+				{API: 0, At: outageBegan, Alive: true, Healthz: 200, Readyz: 503},
+				{API: 1, At: outageBegan, Alive: true, Healthz: 200, Readyz: 503},
+			},
+			Back: []Reconnect{{API: 0, Ready: 300 * time.Millisecond, Listening: time.Second}, {API: 1, Ready: 200 * time.Millisecond, Listening: 2 * time.Second}},
+		}},
 		Features: Features{Dispatcher: true, Fulfillment: true},
 		DB: DBState{
 			Orders: []Order{
@@ -101,28 +111,31 @@ func cleanHistory() History {
 		}},
 		Outcomes: []Outcome{
 			{Intent: 1, Tenant: t, Calls: []Call{
-				{Op: OpOrder, Key: "k1-order", Status: 201, ResourceID: "o1", Attempts: 2},
-				{Op: OpPay, Key: "k1-pay", Status: 201, ResourceID: "p1", ResourceStatus: "succeeded", Attempts: 1},
-				{Op: OpRefund, Key: "k1-refund", Status: 201, ResourceID: "r1", ResourceStatus: "succeeded", Attempts: 1},
+				{Op: OpOrder, Key: "k1-order", Status: 201, ResourceID: "o1", Amount: 2490, Attempts: 2},
+				{Op: OpPay, Key: "k1-pay", Status: 201, ResourceID: "p1", ResourceStatus: "succeeded", Parent: "o1", Amount: 2490, Attempts: 1},
+				{Op: OpRefund, Key: "k1-refund", Status: 201, ResourceID: "r1", ResourceStatus: "succeeded", Parent: "p1", Amount: 500, Attempts: 1},
 			}},
 			{Intent: 2, Tenant: t, Calls: []Call{
-				{Op: OpOrder, Key: "k2-order", Status: 201, ResourceID: "o2", Attempts: 1},
+				{Op: OpOrder, Key: "k2-order", Status: 201, ResourceID: "o2", Amount: 5900, Attempts: 1},
 				{Op: OpPay, Key: "k2-pay", Status: 402, Code: "card_declined", Attempts: 1},
-				{Op: OpPay, Key: "k2-pay2", Status: 201, ResourceID: "p3", ResourceStatus: "succeeded", Attempts: 3},
+				{Op: OpPay, Key: "k2-pay2", Status: 201, ResourceID: "p3", ResourceStatus: "succeeded", Parent: "o2", Amount: 5900, Attempts: 3},
 			}},
 			{Intent: 3, Tenant: t, Calls: []Call{
-				{Op: OpOrder, Key: "k3-order", Status: 201, ResourceID: "o3", Attempts: 1},
+				{Op: OpOrder, Key: "k3-order", Status: 201, ResourceID: "o3", Amount: 2200, Attempts: 1},
 				{Op: OpPay, Key: "k3-pay", Status: 402, Code: "card_declined", Attempts: 4},
 			}},
 			{Intent: 4, Tenant: t, Calls: []Call{
-				{Op: OpOrder, Key: "k4-order", Status: 201, ResourceID: "o4", Attempts: 1},
-				{Op: OpPay, Key: "k4-pay", Status: 201, ResourceID: "p5", ResourceStatus: "succeeded", Attempts: 1},
-				{Op: OpRefund, Key: "k4-refund", Status: 201, ResourceID: "r2", ResourceStatus: "succeeded", Attempts: 1},
+				{Op: OpOrder, Key: "k4-order", Status: 201, ResourceID: "o4", Amount: 1800, Attempts: 1},
+				{Op: OpPay, Key: "k4-pay", Status: 201, ResourceID: "p5", ResourceStatus: "succeeded", Parent: "o4", Amount: 1800, Attempts: 1},
+				{Op: OpRefund, Key: "k4-refund", Status: 201, ResourceID: "r2", ResourceStatus: "succeeded", Parent: "p5", Amount: 1800, Attempts: 1},
 				{Op: OpRefund, Key: "k4-refund2", Status: 422, Code: "refund_exceeds_payment", Attempts: 1},
 			}},
 		},
 	}
 }
+
+// outageBegan is when the database of cleanHistory went away.
+var outageBegan = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // clone deep-copies a history, so a case's mutation stays its own.
 func clone(t *testing.T, h History) History {
@@ -154,6 +167,20 @@ func TestCheckCleanHistory(t *testing.T) {
 	h.DB.StockAfter = h.DB.StockBefore
 	if v := Check(h); len(v) != 0 {
 		t.Fatalf("clean history without dispatcher and fulfillment: %v", v)
+	}
+	// A client that gave up on 5xx answers while the database was away is
+	// no violation once its call, resumed after settling, is definite.
+	h = clone(t, cleanHistory())
+	c := &h.Outcomes[0].Calls[1]
+	resumed := *c
+	c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount, c.Attempts = 500, "internal", "", "", "", 0, 10
+	c.Ended = outageBegan.Add(5 * time.Second)
+	c.Resumed = &resumed
+	if v := Check(h); len(v) != 0 {
+		t.Fatalf("a client that gave up during an outage: %v", v)
+	}
+	if n := GaveUpDuringOutages(h); n != 1 {
+		t.Fatalf("GaveUpDuringOutages = %d, want 1", n)
 	}
 }
 
@@ -250,8 +277,52 @@ func TestCheckReportsEachViolation(t *testing.T) {
 			c := &h.Outcomes[1].Calls[2]
 			c.Status, c.Code, c.ResourceID, c.ResourceStatus = 402, "card_declined", "", ""
 		}},
+		{"client gave up on a 500 long after the database came back", ClientUnresolved, "intent 1 payments.create k1-pay", func(h *History) {
+			c := &h.Outcomes[0].Calls[1]
+			resumed := *c
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount, c.Attempts = 500, "internal", "", "", "", 0, 10
+			c.Ended = outageBegan.Add(time.Minute)
+			c.Resumed = &resumed
+		}},
 		{"order answer names another order", AnswerMismatch, "intent 4 orders.create k4-order", func(h *History) {
 			h.Outcomes[3].Calls[0].ResourceID = "o3"
+		}},
+		{"order answer with another total than the order", AnswerMismatch, "intent 1 orders.create k1-order", func(h *History) {
+			h.Outcomes[0].Calls[0].Amount = 2400
+		}},
+		{"payment answer of another amount", AnswerMismatch, "intent 4 payments.create k4-pay", func(h *History) {
+			h.Outcomes[3].Calls[1].Amount = 1700
+		}},
+		{"refund answer naming another payment", AnswerMismatch, "intent 1 refunds.create k1-refund", func(h *History) {
+			h.Outcomes[0].Calls[2].Parent = "p5"
+		}},
+		{"refund refused, yet its key's refund succeeded", AnswerMismatch, "intent 1 refunds.create k1-refund", func(h *History) {
+			c := &h.Outcomes[0].Calls[2]
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount = 422, "refund_exceeds_payment", "", "", "", 0
+		}},
+		{"acknowledged order gone after a crash", AnswerMismatch, "intent 3 orders.create k3-order", func(h *History) {
+			// The order's row is lost; its declined payment never happened
+			// either (the client got no 402 for it).
+			h.DB.Orders = slices.DeleteFunc(h.DB.Orders, func(o Order) bool { return o.ID == "o3" })
+			h.DB.OrderItems = slices.DeleteFunc(h.DB.OrderItems, func(i OrderItem) bool { return i.OrderID == "o3" })
+			h.DB.Payments = slices.DeleteFunc(h.DB.Payments, func(p Payment) bool { return p.ID == "p4" })
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.AggregateID == "o3" || e.AggregateID == "p4" })
+			h.DB.StockBefore = slices.DeleteFunc(h.DB.StockBefore, func(s Stock) bool { return s.SKU == "dripper" })
+			h.DB.StockAfter = slices.DeleteFunc(h.DB.StockAfter, func(s Stock) bool { return s.SKU == "dripper" })
+			h.Ledger.Charges = slices.DeleteFunc(h.Ledger.Charges, func(c Charge) bool { return c.Reference == "p4" })
+			h.Outcomes[2].Calls = h.Outcomes[2].Calls[:1]
+		}},
+		{"readyz said ready while the database was away", UnhealthyDuringOutage, "postgres_killed 1 api-1", func(h *History) {
+			h.Outages[0].Probes[1].Readyz = 200
+		}},
+		{"an API exited while the database was away", UnhealthyDuringOutage, "postgres_killed 1 api-0", func(h *History) {
+			h.Outages[0].Probes[0] = Probe{API: 0, At: outageBegan, Alive: false}
+		}},
+		{"an API never ready again", NotReconnected, "postgres_killed 1 api-0", func(h *History) {
+			h.Outages[0].Back[0].Ready = -1
+		}},
+		{"an API's outbox listener never back", NotReconnected, "postgres_killed 1 api-1", func(h *History) {
+			h.Outages[0].Back[1].Listening = -1
 		}},
 		{"fresh key refused as reused", UnexpectedAnswer, "intent 3 payments.create k3-pay", func(h *History) {
 			c := &h.Outcomes[2].Calls[1]

@@ -103,7 +103,9 @@ type executor struct {
 	db     *pgxpool.Pool
 	psp    *pspAdmin
 	faults *faultCounts
-	logf   func(format string, args ...any)
+	// outages records the database's absences (databaseDown).
+	outages *outageLog
+	logf    func(format string, args ...any)
 }
 
 // run executes steps until the channel closes. A step that fails is
@@ -164,6 +166,8 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		return e.stack.restartNATS(ctx, st.Down)
 	case StepReplay:
 		return e.replay(ctx, st.Pick)
+	case StepKillPostgres, StepPostgresOutage:
+		return e.databaseDown(ctx, st)
 	}
 	return fmt.Errorf("unknown step %q", st.Kind)
 }

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"time"
+
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
 )
@@ -23,6 +25,48 @@ type History struct {
 	// DataRaces counts "WARNING: DATA RACE" reports in the logs of the
 	// processes (only race-enabled builds report them).
 	DataRaces int `json:"data_races"`
+	// Outages are the times the run took the database away (killed or
+	// stopped), with what the APIs answered meanwhile and how they came
+	// back; empty when the run did not own its PostgreSQL.
+	Outages []Outage `json:"outages,omitempty"`
+}
+
+// Outage is one time the database was away: from the moment no server
+// process was left (Began) to the moment it accepted connections again
+// (Ended).
+type Outage struct {
+	Kind   FaultKind `json:"kind"`
+	Began  time.Time `json:"began"`
+	Ended  time.Time `json:"ended"`
+	Probes []Probe   `json:"probes"`
+	// Back is, per API, how it came back after Ended.
+	Back []Reconnect `json:"back"`
+}
+
+// Probe is what one API answered, directly (not through the proxy), while
+// the database was away.
+type Probe struct {
+	API int       `json:"api"`
+	At  time.Time `json:"at"`
+	// Alive: the process was running.
+	Alive bool `json:"alive"`
+	// Healthz and Readyz are the statuses of /healthz and /readyz (0: no
+	// answer, Err says why).
+	Healthz int    `json:"healthz"`
+	Readyz  int    `json:"readyz"`
+	Err     string `json:"err,omitempty"`
+}
+
+// Reconnect is how one API came back after the database did.
+type Reconnect struct {
+	API int `json:"api"`
+	// Ready is how long after the database was back /readyz first answered
+	// 200; negative: not within the bound the run waits (reconnectBound).
+	Ready time.Duration `json:"ready"`
+	// Listening is how long until the API's outbox dispatcher held a LISTEN
+	// connection again; negative: not within the bound; zero without the
+	// dispatcher.
+	Listening time.Duration `json:"listening"`
 }
 
 // Features are the optional parts of the service a run exercised.
@@ -209,11 +253,19 @@ type Call struct {
 	ResourceID string `json:"resource_id,omitempty"`
 	// ResourceStatus is the payment's or refund's status in a 2xx answer.
 	ResourceStatus string `json:"resource_status,omitempty"`
+	// Amount is the amount a 2xx answer named: the order's total, the
+	// payment's or the refund's amount.
+	Amount int64 `json:"amount,omitempty"`
+	// Parent is what a 2xx answer said the resource belongs to: a
+	// payment's order, a refund's payment.
+	Parent string `json:"parent,omitempty"`
 	// Attempts counts the client's HTTP attempts.
 	Attempts int `json:"attempts"`
 	// Err is the client's error when the call ended without a definite
 	// answer.
 	Err string `json:"err,omitempty"`
+	// Ended is when the client's last attempt ended.
+	Ended time.Time `json:"ended,omitzero"`
 	// Resumed is the answer to the same call after settling, when Status
 	// was not definite.
 	Resumed *Call `json:"resumed,omitempty"`

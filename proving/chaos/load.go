@@ -57,18 +57,46 @@ func newDriver(plan *Plan, baseURL string, catalog []string, budget time.Duratio
 	return d, nil
 }
 
+// told is what a 2xx answer said about its resource: what the checker
+// holds the database to afterwards.
+type told struct {
+	id, status, parent string
+	amount             int64
+}
+
+func orderTold(o *client.Order) (t told) {
+	if o != nil {
+		t = told{id: o.ID, amount: o.AmountTotal}
+	}
+	return t
+}
+
+func paymentTold(p *client.Payment) (t told) {
+	if p != nil {
+		t = told{id: p.ID, status: p.Status, parent: p.OrderID, amount: p.Amount}
+	}
+	return t
+}
+
+func refundTold(r *client.Refund) (t told) {
+	if r != nil {
+		t = told{id: r.ID, status: r.Status, parent: r.PaymentID, amount: r.Amount}
+	}
+	return t
+}
+
 // record turns a client call's result into a Call.
-func (d *driver) record(op, key string, meta client.Meta, err error, id, status string) Call {
+func (d *driver) record(op, key string, meta client.Meta, err error, t told) Call {
 	d.stats.calls.Add(1)
 	d.stats.attempts.Add(int64(meta.Attempts))
 	if meta.Replayed {
 		d.stats.replayed.Add(1)
 	}
-	c := Call{Op: op, Key: key, Status: meta.Status, Attempts: meta.Attempts}
+	c := Call{Op: op, Key: key, Status: meta.Status, Attempts: meta.Attempts, Ended: time.Now().UTC()}
 	var apiErr *client.Error
 	switch {
 	case err == nil:
-		c.ResourceID, c.ResourceStatus = id, status
+		c.ResourceID, c.ResourceStatus, c.Parent, c.Amount = t.id, t.status, t.parent, t.amount
 	case errors.As(err, &apiErr):
 		c.Status, c.Code = apiErr.Status, apiErr.Code
 		if !c.Definite() {
@@ -108,7 +136,7 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 	if order != nil {
 		orderID, total = order.ID, order.AmountTotal
 	}
-	add(d.record(OpOrder, key, meta, err, orderID, ""))
+	add(d.record(OpOrder, key, meta, err, orderTold(order)))
 	if order == nil {
 		return out
 	}
@@ -116,11 +144,7 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 	pay := func(call, method string) *client.Payment {
 		key := d.plan.Key(in, call)
 		p, meta, err := cl.Pay(ctx, orderID, method, client.WithIdempotencyKey(key))
-		var id, status string
-		if p != nil {
-			id, status = p.ID, p.Status
-		}
-		add(d.record(OpPay, key, meta, err, id, status))
+		add(d.record(OpPay, key, meta, err, paymentTold(p)))
 		return p
 	}
 	var paid *client.Payment
@@ -148,11 +172,7 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 		key := d.plan.Key(in, fmt.Sprintf("refund-%d", i+1))
 		amount := max(1, total*int64(permille)/1000)
 		r, meta, err := cl.Refund(ctx, paid.ID, amount, client.WithIdempotencyKey(key))
-		var id, status string
-		if r != nil {
-			id, status = r.ID, r.Status
-		}
-		add(d.record(OpRefund, key, meta, err, id, status))
+		add(d.record(OpRefund, key, meta, err, refundTold(r)))
 	}
 	var wg sync.WaitGroup
 	for i, pm := range in.Refunds {
@@ -194,22 +214,14 @@ func (d *driver) resume(ctx context.Context, in Intent, out Outcome, c Call) Cal
 			req.Items = append(req.Items, client.LineItem{SKU: d.catalog[l[0]%len(d.catalog)], Quantity: l[1]})
 		}
 		o, meta, err := cl.CreateOrder(ctx, req, client.WithIdempotencyKey(c.Key))
-		var id string
-		if o != nil {
-			id = o.ID
-		}
-		return d.record(OpOrder, c.Key, meta, err, id, "")
+		return d.record(OpOrder, c.Key, meta, err, orderTold(o))
 	case OpPay:
 		method := in.Method
 		if c.Key == d.plan.Key(in, "pay-2") {
 			method = client.PaymentMethodOK
 		}
 		p, meta, err := cl.Pay(ctx, orderID, method, client.WithIdempotencyKey(c.Key))
-		var id, status string
-		if p != nil {
-			id, status = p.ID, p.Status
-		}
-		return d.record(OpPay, c.Key, meta, err, id, status)
+		return d.record(OpPay, c.Key, meta, err, paymentTold(p))
 	case OpRefund:
 		if paymentID == "" {
 			return c
@@ -221,11 +233,7 @@ func (d *driver) resume(ctx context.Context, in Intent, out Outcome, c Call) Cal
 		for i, pm := range in.Refunds {
 			if c.Key == d.plan.Key(in, fmt.Sprintf("refund-%d", i+1)) {
 				r, meta, err := cl.Refund(ctx, paymentID, max(1, total*int64(pm)/1000), client.WithIdempotencyKey(c.Key))
-				var id, status string
-				if r != nil {
-					id, status = r.ID, r.Status
-				}
-				return d.record(OpRefund, c.Key, meta, err, id, status)
+				return d.record(OpRefund, c.Key, meta, err, refundTold(r))
 			}
 		}
 	}

@@ -69,18 +69,34 @@ const (
 	// OperatorReplayed: `api outbox replay <event-id>` of a published event:
 	// the consumers get it again and must ignore it (rule 8).
 	OperatorReplayed FaultKind = "operator_replay"
+	// PostgresKilled: SIGKILL of the postmaster under load (every second
+	// time of every server process at once), down for 0.2-2 s, then started
+	// again: crash recovery from the WAL. Every answer a client got before
+	// must still be true, and the APIs reconnect by themselves.
+	PostgresKilled FaultKind = "postgres_killed"
+	// PostgresOutage: the database stopped (fast shutdown) for 2 to 20 s,
+	// then started: the APIs stay up (/healthz 200, /readyz 503 meanwhile),
+	// answer 5xx instead of promises, and pick up where they were.
+	PostgresOutage FaultKind = "postgres_outage"
 )
 
 // FaultKinds lists every fault, in report order.
 var FaultKinds = []FaultKind{
 	ResponseDropped, ConnectionReset, APIKilled, RecorderKilled, BackendsTerminated, ProviderFailed, ProviderTimedOut,
 	ProviderDropped, WebhookDuplicated, WebhookReordered, DispatcherKilled, MarkBlocked, BrokerKilled, OperatorReplayed,
+	PostgresKilled, PostgresOutage,
 }
 
 // needsOutbox reports whether a fault kind exists only with the outbox
 // dispatcher and the broker.
 func needsOutbox(k FaultKind) bool {
 	return k == DispatcherKilled || k == MarkBlocked || k == BrokerKilled || k == OperatorReplayed
+}
+
+// needsOwnPostgres reports whether a fault kind exists only when the run
+// owns its PostgreSQL (Config.DatabaseURL empty, Config.DBFaults).
+func needsOwnPostgres(k FaultKind) bool {
+	return k == PostgresKilled || k == PostgresOutage
 }
 
 // StepKind names one timed action of the schedule.
@@ -100,6 +116,8 @@ const (
 	StepKillDispatcher  StepKind = "kill_dispatcher"
 	StepKillBroker      StepKind = "kill_broker"
 	StepReplay          StepKind = "operator_replay"
+	StepKillPostgres    StepKind = "kill_postgres"
+	StepPostgresOutage  StepKind = "postgres_outage"
 )
 
 // Step is one action of the timeline. It fires when intent At starts.
@@ -109,9 +127,11 @@ type Step struct {
 	// Target is the API process (0 or 1) a kill hits.
 	Target int `json:"target,omitempty"`
 	// N is the count of a one-shot provider fault or of webhook duplicates;
-	// for a window, 0 turns it off.
+	// for a window, 0 turns it off; for a kill of PostgreSQL, 1 kills every
+	// server process at once, 0 the postmaster alone.
 	N int `json:"n,omitempty"`
-	// Down is how long a killed process stays dead before its restart.
+	// Down is how long a killed process (or a stopped database) stays down
+	// before its restart.
 	Down time.Duration `json:"down,omitempty"`
 	// Pick chooses among candidates (the event an operator replays).
 	Pick uint64 `json:"pick,omitempty"`
@@ -179,6 +199,9 @@ type PlanOptions struct {
 	// at a random moment, or caught recording a provider outcome); at least
 	// three crashes happen. Zero or less: no process crashes at all.
 	CrashEvery int
+	// Postgres adds the database faults (postgres_killed, postgres_outage):
+	// the run owns its PostgreSQL.
+	Postgres bool
 }
 
 // Tenants are the demo tenants the intents belong to, with their API keys.
@@ -300,6 +323,17 @@ func timeline(r *rand.Rand, n int, o PlanOptions) []Step {
 		}
 		for range times(200, 2) {
 			steps = append(steps, Step{At: at(), Kind: StepReplay, Pick: r.Uint64()})
+		}
+	}
+	// Drawn last, so that the other faults of a seed stay where they were.
+	// Early, like the process crashes: the database is back while the load
+	// still runs.
+	if o.Postgres {
+		for i := range times(2000, 1) {
+			steps = append(steps, Step{At: early(), Kind: StepKillPostgres, N: i % 2, Down: time.Duration(200+r.IntN(1800)) * time.Millisecond})
+		}
+		for range times(2500, 1) {
+			steps = append(steps, Step{At: early(), Kind: StepPostgresOutage, Down: time.Duration(2000+r.IntN(18001)) * time.Millisecond})
 		}
 	}
 	// Stable order: by position, then as generated.

@@ -27,18 +27,35 @@ type proc struct {
 	races *atomic.Int64
 }
 
-// startProc starts bin with args and env, logging to dir/name.log (appended,
-// so a restarted process continues the same log). watch, if not nil, sees
-// every line of stdout and stderr.
+// startProc starts bin with args and env in dir, logging to dir/name.log
+// (appended, so a restarted process continues the same log). watch, if not
+// nil, sees every line of stdout and stderr.
 func startProc(name, bin string, args, env []string, dir string, races *atomic.Int64, watch func(line string)) (*proc, error) {
-	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return spawn(procSpec{name: name, bin: bin, args: args, env: env, logDir: dir, runDir: dir, attr: procAttr(), races: races, watch: watch})
+}
+
+// procSpec describes a child to spawn.
+type procSpec struct {
+	name, bin string
+	args, env []string
+	// logDir holds name.log; runDir is the child's working folder (they
+	// differ for a child that runs as another user).
+	logDir, runDir string
+	attr           *syscall.SysProcAttr
+	races          *atomic.Int64
+	watch          func(line string)
+}
+
+func spawn(s procSpec) (*proc, error) {
+	name, races, watch := s.name, s.races, s.watch
+	logf, err := os.OpenFile(filepath.Join(s.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Dir = dir
-	cmd.SysProcAttr = procAttr()
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Env = s.env
+	cmd.Dir = s.runDir
+	cmd.SysProcAttr = s.attr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()

@@ -17,7 +17,11 @@ func (rep *Report) Print(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("oncepay chaos run")
 	p("  seed %d (schedule %s), %d intents, %d concurrent clients, race detector %v", rep.Seed, rep.PlanHash, rep.Intents, rep.Concurrency, rep.Race)
-	p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s", map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
+	pgNote := " (a server of the caller's: no database faults)"
+	if rep.DBFaults {
+		pgNote = " (the run's own cluster, killed and stopped on schedule)"
+	}
+	p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s%s", pgNote, map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
 	crashes := "off"
 	if rep.CrashEvery > 0 {
 		crashes = fmt.Sprintf("one per %d intents", rep.CrashEvery)
@@ -26,6 +30,9 @@ func (rep *Report) Print(w io.Writer) {
 	p("  outbox: %s", rep.OutboxNote)
 	p("  time: load %v, settle %v, total %v", rep.Load.Round(time.Second), rep.Settle.Round(time.Second), rep.Total.Round(time.Second))
 	p("  work dir: %s", rep.WorkDir)
+	if rep.PostgresDir != "" {
+		p("  PostgreSQL cluster kept in %s (its log: postgres.log in the work dir)", rep.PostgresDir)
+	}
 	if rep.Unsettled != "" {
 		p("  NOT SETTLED when settling stopped: %s", rep.Unsettled)
 	}
@@ -36,6 +43,14 @@ func (rep *Report) Print(w io.Writer) {
 	p("  provider: %d charges in the ledger; webhooks: %d events, %d delivered, %d abandoned, %d attempts",
 		rep.Charges, rep.Webhooks.Events, rep.Webhooks.Delivered, rep.Webhooks.Abandoned, rep.Webhooks.Attempts)
 	p("  provider key retention %v (ours: 45 days)", rep.KeyRetention)
+	if rep.DBFaults {
+		o := rep.Outages
+		p("database away %d times, %v in all (longest %v); calls whose client gave up meanwhile: %d (resumed after settling)",
+			o.Count, o.Away.Round(time.Millisecond), o.Longest.Round(time.Millisecond), rep.GaveUp)
+		p("  probes of the APIs meanwhile: %d; /healthz 200: %d; /readyz 503: %d", o.Probes, o.Healthy, o.NotReady)
+		p("  back: /readyz 200 at most %v after the database, LISTEN again at most %v after it",
+			o.Ready.Round(time.Millisecond), o.Listening.Round(time.Millisecond))
+	}
 	p("recovery paths seen in the API logs")
 	for _, path := range apiPaths {
 		p("  %-45s %d", path[1], rep.Paths[path[1]])
@@ -44,6 +59,10 @@ func (rep *Report) Print(w io.Writer) {
 	for _, k := range FaultKinds {
 		if needsOutbox(k) && !rep.Features.Dispatcher {
 			p("  %-45s n/a (no outbox)", k)
+			continue
+		}
+		if needsOwnPostgres(k) && !rep.DBFaults {
+			p("  %-45s n/a (no database faults)", k)
 			continue
 		}
 		p("  %-45s %d", k, rep.Faults[k])
@@ -74,11 +93,12 @@ func (rep *Report) Print(w io.Writer) {
 }
 
 // MissingFaults lists the fault kinds the run should have injected (every
-// kind; the outbox kinds only with the outbox) but did not.
+// kind; the outbox kinds only with the outbox, the database's own only with
+// database faults) but did not.
 func (rep *Report) MissingFaults() []FaultKind {
 	var out []FaultKind
 	for _, k := range FaultKinds {
-		if needsOutbox(k) && !rep.Features.Dispatcher {
+		if needsOutbox(k) && !rep.Features.Dispatcher || needsOwnPostgres(k) && !rep.DBFaults {
 			continue
 		}
 		if k == MarkBlocked {

@@ -37,8 +37,17 @@ type Config struct {
 	// store, plan.json and history.json.
 	WorkDir string
 	// DatabaseURL names a fresh, empty (or freshly migrated) database the
-	// run owns: the invariants read all of it.
+	// run owns: the invariants read all of it. Empty: the run starts a
+	// private PostgreSQL cluster of its own (StartPostgres) and uses its
+	// postgres database.
 	DatabaseURL string
+	// DBFaults schedules the database's own faults, postgres_killed and
+	// postgres_outage. They need the private cluster: DatabaseURL must be
+	// empty.
+	DBFaults bool
+	// KeepPostgres keeps the private cluster's folder also when the run
+	// passed (a failed run always keeps it).
+	KeepPostgres bool
 	// Race builds the processes with the race detector; a data race they
 	// report is a violation.
 	Race bool
@@ -76,8 +85,11 @@ func (c *Config) defaults() error {
 	if c.Intents <= 0 {
 		return errors.New("chaos: Intents must be positive")
 	}
-	if c.RepoDir == "" || c.WorkDir == "" || c.DatabaseURL == "" {
-		return errors.New("chaos: RepoDir, WorkDir and DatabaseURL are required")
+	if c.RepoDir == "" || c.WorkDir == "" {
+		return errors.New("chaos: RepoDir and WorkDir are required")
+	}
+	if c.DBFaults && c.DatabaseURL != "" {
+		return errors.New("chaos: DBFaults crash the database: they need the run's own cluster, not DatabaseURL")
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
@@ -127,7 +139,16 @@ type Report struct {
 	Lease          time.Duration `json:"lease"`
 	ClientAttempts int           `json:"client_attempts"`
 	// OutboxNote says why the outbox faults were (not) injected.
-	OutboxNote string            `json:"outbox_note"`
+	OutboxNote string `json:"outbox_note"`
+	// DBFaults: the run owned its PostgreSQL and took it away; PostgresDir
+	// is the cluster's folder when it was kept.
+	DBFaults    bool   `json:"db_faults"`
+	PostgresDir string `json:"postgres_dir,omitempty"`
+	// Outages sums up the database's absences; GaveUp counts the calls
+	// whose client gave up while the database was away (resumed after
+	// settling, see gaveUpDuringOutage).
+	Outages    OutageStats       `json:"outages"`
+	GaveUp     int               `json:"gave_up_during_outages"`
 	Features   Features          `json:"features"`
 	Faults     map[FaultKind]int `json:"faults"`
 	Calls      map[string]int    `json:"calls"`
@@ -154,6 +175,48 @@ type Report struct {
 	Plan         *Plan         `json:"-"`
 }
 
+// OutageStats sum up the database's absences of a run.
+type OutageStats struct {
+	// Count and Away: how many, and how long the database was away in all.
+	Count int           `json:"count"`
+	Away  time.Duration `json:"away"`
+	// Longest is the longest absence.
+	Longest time.Duration `json:"longest"`
+	// Probes of the APIs while it was away, and how many answered
+	// /healthz 200 and /readyz 503.
+	Probes   int `json:"probes"`
+	Healthy  int `json:"healthy"`
+	NotReady int `json:"not_ready"`
+	// Ready and Listening are the longest an API took, after the database
+	// was back, to answer /readyz 200 and to LISTEN again.
+	Ready     time.Duration `json:"ready"`
+	Listening time.Duration `json:"listening"`
+}
+
+func outageStats(all []Outage) OutageStats {
+	var s OutageStats
+	for _, o := range all {
+		s.Count++
+		d := o.Ended.Sub(o.Began)
+		s.Away += d
+		s.Longest = max(s.Longest, d)
+		for _, p := range o.Probes {
+			s.Probes++
+			if p.Alive && p.Healthz == http.StatusOK {
+				s.Healthy++
+			}
+			if p.Alive && p.Readyz == http.StatusServiceUnavailable {
+				s.NotReady++
+			}
+		}
+		for _, b := range o.Back {
+			s.Ready = max(s.Ready, b.Ready)
+			s.Listening = max(s.Listening, b.Listening)
+		}
+	}
+	return s
+}
+
 // WebhookStats are the provider's webhook deliveries.
 type WebhookStats struct {
 	Events, Delivered, Abandoned, Attempts int
@@ -164,7 +227,7 @@ type WebhookStats struct {
 // stops everything it started, also on failure. The error is for a run that
 // could not be carried out (a build failed, a process did not start); broken
 // invariants are Report.Violations.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -179,8 +242,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Seed: cfg.Seed, Intents: cfg.Intents, Concurrency: cfg.Concurrency, Race: cfg.Race, WorkDir: cfg.WorkDir,
-		CrashEvery: cfg.CrashEvery, Lease: cfg.Lease, ClientAttempts: cfg.ClientAttempts}
+	rep = &Report{Seed: cfg.Seed, Intents: cfg.Intents, Concurrency: cfg.Concurrency, Race: cfg.Race, WorkDir: cfg.WorkDir,
+		CrashEvery: cfg.CrashEvery, Lease: cfg.Lease, ClientAttempts: cfg.ClientAttempts, DBFaults: cfg.DBFaults}
 	outbox := cfg.Outbox == OutboxOn
 	switch cfg.Outbox {
 	case OutboxAuto:
@@ -200,7 +263,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Features = Features{Dispatcher: outbox, Fulfillment: outbox}
-	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery})
+	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery, Postgres: cfg.DBFaults})
 	rep.Plan, rep.PlanHash = plan, plan.Hash()
 	if err := writeJSON(filepath.Join(cfg.WorkDir, "plan.json"), plan); err != nil {
 		return nil, err
@@ -208,17 +271,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf("chaos: seed %d, schedule %s, %d intents, %d timed faults, outbox %v; work dir %s",
 		cfg.Seed, rep.PlanHash, cfg.Intents, len(plan.Steps), outbox, cfg.WorkDir)
 
-	db, err := openDB(ctx, cfg.DatabaseURL)
+	dbURL := cfg.DatabaseURL
+	var pg *Postgres
+	if dbURL == "" {
+		if pg, err = StartPostgres(ctx, cfg.WorkDir); err != nil {
+			return nil, err
+		}
+		// After the stack has stopped (deferred below, so run first).
+		defer func() {
+			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			pg.Close(keep)
+			if keep {
+				rep.PostgresDir = pg.Dir()
+			}
+		}()
+		dbURL = pg.URL()
+		logf("chaos: private PostgreSQL at %s (folder %s)", dbURL, pg.Dir())
+	}
+	db, err := openDB(ctx, dbURL)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	st, err := startStack(ctx, bin, cfg.WorkDir, cfg.DatabaseURL, cfg.Seed, outbox, cfg.ProviderKeyRetention, cfg.Lease)
+	st, err := startStack(ctx, bin, cfg.WorkDir, dbURL, cfg.Seed, outbox, cfg.ProviderKeyRetention, cfg.Lease)
 	if err != nil {
 		return nil, err
 	}
+	st.pg = pg
 	defer st.stop()
-	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{},
+	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &outageLog{},
 		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second, Transport: bearer{key: st.pspKey, next: http.DefaultTransport}}}}
 	if err := r.run(ctx); err != nil {
 		return rep, err
@@ -229,16 +310,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // runner holds one run's parts.
 type runner struct {
-	cfg    Config
-	plan   *Plan
-	db     *pgxpool.Pool
-	stack  *stack
-	psp    *pspAdmin
-	proxy  *Proxy
-	driver *driver
-	faults *faultCounts
-	stats  loadStats
-	rep    *Report
+	cfg     Config
+	plan    *Plan
+	db      *pgxpool.Pool
+	stack   *stack
+	psp     *pspAdmin
+	proxy   *Proxy
+	driver  *driver
+	faults  *faultCounts
+	outages *outageLog
+	stats   loadStats
+	rep     *Report
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -305,17 +387,18 @@ func (r *runner) run(ctx context.Context) error {
 // steps to the executor as the intents reach them.
 func (r *runner) load(ctx context.Context) []Outcome {
 	// Two lanes: process kills one after the other (never two processes
-	// down at once), everything else beside them, so that a slow restart
-	// does not hold back the provider's faults.
+	// down at once: an API is never restarted while the database is away),
+	// everything else beside them, so that a slow restart does not hold
+	// back the provider's faults.
 	kills := make(chan Step, len(r.plan.Steps))
 	others := make(chan Step, len(r.plan.Steps))
-	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, logf: r.cfg.Logf}
+	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, outages: r.outages, logf: r.cfg.Logf}
 	var exWG sync.WaitGroup
 	exWG.Go(func() { ex.run(ctx, kills) })
 	exWG.Go(func() { ex.run(ctx, others) })
 	release := func(s Step) {
 		switch s.Kind {
-		case StepKillAPI, StepKillRecorder, StepKillDispatcher, StepKillBroker:
+		case StepKillAPI, StepKillRecorder, StepKillDispatcher, StepKillBroker, StepKillPostgres, StepPostgresOutage:
 			kills <- s
 		default:
 			others <- s
@@ -458,6 +541,7 @@ func (r *runner) snapshot(ctx context.Context, before []Stock, outcomes []Outcom
 		}
 	}
 	h.DataRaces = int(r.stack.races.Load())
+	h.Outages = r.outages.list()
 	return h, nil
 }
 
@@ -494,6 +578,8 @@ func (r *runner) finish(ctx context.Context, h History) {
 		f[WebhookDuplicated] = max(0, d.Succeeded+d.Abandoned+d.Pending-d.Events)
 	}
 	rep.Faults = f
+	rep.Outages = outageStats(h.Outages)
+	rep.GaveUp = GaveUpDuringOutages(h)
 	rep.Paths = r.stack.apiLog.counts()
 	rep.KeyRetention = r.cfg.ProviderKeyRetention
 	if err := writeJSON(filepath.Join(r.cfg.WorkDir, "history.json"), h); err != nil {

@@ -91,6 +91,9 @@ type stack struct {
 	natsDir string
 	natsPrt int
 
+	// pg is the run's own PostgreSQL (nil on a server of the caller's).
+	pg *Postgres
+
 	mu   sync.Mutex
 	nats *proc
 	apis [2]*apiProc
@@ -401,9 +404,13 @@ func (s *stack) restartNATS(ctx context.Context, down time.Duration) error {
 	return s.startNATS(ctx)
 }
 
-// ensureUp restarts whatever is down (after a fault step failed midway).
+// ensureUp restarts whatever is down (after a fault step failed midway),
+// except a database that a fault step keeps away on purpose.
 func (s *stack) ensureUp(ctx context.Context) error {
 	var errs []error
+	if s.pg != nil && !s.pg.held.Load() && !s.pg.alive() {
+		errs = append(errs, s.pg.Start(ctx))
+	}
 	if s.outbox {
 		s.mu.Lock()
 		p := s.nats

@@ -2,11 +2,15 @@
 // and checks that nothing was charged twice (package proving/chaos does
 // the work; docs/RELIABILITY.md explains it).
 //
-//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race]
+//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race] [--db-faults=false]
 //
-// It needs DATABASE_URL (a server where it may create databases; `make
-// chaos` starts a private one), creates a fresh database for the run and
-// drops it afterwards unless the run failed or --keep-db is given. The
+// By default it starts a private PostgreSQL cluster of its own (initdb in a
+// temporary folder, a free 127.0.0.1 port), because it kills and stops that
+// database on schedule (postgres_killed, postgres_outage); the cluster is
+// removed afterwards unless the run failed or --keep-db is given. With
+// --db-faults=false it runs on DATABASE_URL instead (a server where it may
+// create databases), creates a fresh database there and drops it afterwards
+// on the same terms, and takes no fault to the database server. The
 // binaries, every process's log, the schedule (plan.json) and the recorded
 // history (history.json) stay in the work folder. It exits non-zero when an
 // invariant was violated or the run could not be carried out.
@@ -59,8 +63,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		attempts    = fs.Int("client-attempts", 10, "HTTP attempts per call of the Go client (its default is 5)")
 		workDir     = fs.String("work-dir", "", "folder for binaries, logs, plan.json and history.json (default .data/chaos/seed-N-TIME)")
 		maxDuration = fs.Duration("max-duration", 40*time.Minute, "bound of the whole run")
-		keepDB      = fs.Bool("keep-db", false, "keep the run's database also when the run passed")
-		dbURL       = fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL server to create the run's database on [DATABASE_URL]")
+		keepDB      = fs.Bool("keep-db", false, "keep the run's database (or its private cluster) also when the run passed")
+		dbFaults    = fs.Bool("db-faults", true, "start a private PostgreSQL cluster and kill and stop it on schedule; false: run on DATABASE_URL, no database faults")
+		dbURL       = fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL server to create the run's database on, with --db-faults=false [DATABASE_URL]")
 		jsonOut     = fs.String("json", "", "also write the report as JSON to this file")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -69,8 +74,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if *dbURL == "" {
-		return errors.New("DATABASE_URL is required (`make chaos` starts a private PostgreSQL and sets it)")
+	if !*dbFaults && *dbURL == "" {
+		return errors.New("DATABASE_URL is required with --db-faults=false (by default the run starts a PostgreSQL of its own)")
 	}
 	if *lease <= chaos.WriteTimeout {
 		return fmt.Errorf("--lease %s must be longer than the APIs' WRITE_TIMEOUT (%s)", *lease, chaos.WriteTimeout)
@@ -85,8 +90,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ctx, cancel := context.WithTimeout(ctx, *maxDuration)
 	defer cancel()
 
-	runURL, drop, err := createDatabase(ctx, *dbURL, fmt.Sprintf("chaos_%d_%d", *seed, time.Now().Unix()))
-	if err != nil {
+	runURL, drop := "", func(context.Context) error { return nil }
+	if *dbFaults {
+		if *dbURL != "" {
+			fmt.Fprintln(stdout, "chaos: DATABASE_URL is not used: the database faults need a cluster the run owns (--db-faults=false runs on DATABASE_URL)")
+		}
+	} else if runURL, drop, err = createDatabase(ctx, *dbURL, fmt.Sprintf("chaos_%d_%d", *seed, time.Now().Unix())); err != nil {
 		return err
 	}
 	rep, err := chaos.Run(ctx, chaos.Config{
@@ -96,6 +105,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		RepoDir:        repo,
 		WorkDir:        *workDir,
 		DatabaseURL:    runURL,
+		DBFaults:       *dbFaults,
+		KeepPostgres:   *keepDB,
 		Race:           *race,
 		Outbox:         *outbox,
 		ProxyRate:      *proxyRate,
@@ -113,10 +124,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	failed := err != nil || rep == nil || len(rep.Violations) > 0
-	if failed || *keepDB {
+	switch {
+	case runURL == "":
+		if rep != nil && rep.PostgresDir != "" {
+			fmt.Fprintf(stdout, "private PostgreSQL cluster kept for inspection in %s (start it, as its owner, with: pg_ctl -D %s/data start)\n", rep.PostgresDir, rep.PostgresDir)
+		}
+	case failed || *keepDB:
 		fmt.Fprintf(stdout, "database kept for inspection: %s\n", redact(runURL))
-	} else if derr := drop(context.WithoutCancel(ctx)); derr != nil {
-		fmt.Fprintln(stdout, "chaos: drop the run's database:", derr)
+	default:
+		if derr := drop(context.WithoutCancel(ctx)); derr != nil {
+			fmt.Fprintln(stdout, "chaos: drop the run's database:", derr)
+		}
 	}
 	if err != nil {
 		return err

@@ -16,13 +16,13 @@ func TestRunHelpAndUsageErrors(t *testing.T) {
 	if err := run(context.Background(), []string{"--help"}, noEnv, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, f := range []string{"-intents", "-seed", "-crash-every", "-lease", "-client-attempts", "-outbox"} {
+	for _, f := range []string{"-intents", "-seed", "-crash-every", "-lease", "-client-attempts", "-outbox", "-db-faults"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not list %s:\n%s", f, out.String())
 		}
 	}
-	if err := run(context.Background(), nil, noEnv, &out); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
-		t.Errorf("without DATABASE_URL: %v", err)
+	if err := run(context.Background(), []string{"--db-faults=false"}, noEnv, &out); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("without database faults and without DATABASE_URL: %v", err)
 	}
 	if err := run(context.Background(), []string{"extra"}, noEnv, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Errorf("with an argument: %v", err)
