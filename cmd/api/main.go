@@ -81,7 +81,8 @@ Run the HTTP API until SIGINT or SIGTERM, with its background workers: the
 outbox dispatcher (publishes events to NATS JetStream), the fulfillment
 consumer, the webhook worker, the payment recoverer and the retention sweeper.
 Without NATS_URL it runs a NATS server inside the process (files under
-NATS_STORE_DIR). The payment provider is PSP_URL; "make run" starts the
+NATS_STORE_DIR) that accepts only clients with a token made for this
+process. The payment provider is PSP_URL; "make run" starts the
 payment simulator as its own process and sets it. Migrations are applied at
 start unless AUTO_MIGRATE=false.
 
@@ -98,8 +99,9 @@ Environment (default in brackets; the README lists every variable):
                         a catalog, and the demo UI's chaos endpoints [false]
   AUTO_MIGRATE          apply migrations at start [true]
   LOG_LEVEL             debug, info, warn or error [info]
-  NATS_URL              NATS server with JetStream; set it whenever more than one
-                        API process runs [empty: embedded]
+  NATS_URL              NATS server with JetStream, credentials in the URL
+                        (nats://user:password@host:4222); set it whenever more
+                        than one API process runs [empty: embedded]
   PSP_URL               the payment provider (required)
   PSP_API_KEY           the provider's bearer token [empty: none sent]
   PSP_WEBHOOK_SECRETS   whsec_ secrets that verify the provider's webhooks; required
@@ -176,8 +178,9 @@ the running API offers the same under /admin/outbox/.
                       ignores it. Use it when a consumer missed an event
 
 Environment: DATABASE_URL (required). replay also reads NATS_URL, or, when it
-is empty, finds the running API's embedded NATS server through NATS_STORE_DIR
-[.data/nats].
+is empty, finds the running API's embedded NATS server and its token through
+NATS_STORE_DIR [.data/nats] (run it as the user that runs api serve: only that
+user may read the token).
 `,
 	"version": `Usage: api version
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -169,20 +170,9 @@ func TestMigrateCommands(t *testing.T) {
 // cannot be created twice.
 func TestTenantsCreateAndServe(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	sim, err := pspsim.New(pspsim.Config{}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	provider := httptest.NewServer(sim.Handler())
-	t.Cleanup(provider.Close)
+	addr := freeAddr(t)
 	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
-		"PSP_URL": provider.URL, "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
+		"PSP_URL": newSimulator(t), "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"tenants", "create", "--slug", "initech", "--name", "Initech"}, e, &out, io.Discard); err != nil {
@@ -199,32 +189,129 @@ func TestTenantsCreateAndServe(t *testing.T) {
 		t.Fatalf("bad slug: %v", err)
 	}
 
+	serveInBackground(t, e, addr)
+	if res := call(t, "GET", "http://"+addr+"/v1/products", key, "", ""); res.status != http.StatusOK {
+		t.Fatalf("the new key gets %d", res.status)
+	}
+}
+
+// freeAddr returns a loopback address nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// newSimulator starts a payment simulator on a loopback port for the test
+// and returns its URL.
+func newSimulator(t *testing.T) string {
+	t.Helper()
+	sim, err := pspsim.New(pspsim.Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewServer(sim.Handler())
+	t.Cleanup(provider.Close)
+	return provider.URL
+}
+
+// serveInBackground runs "api serve" with e until the test ends (then it
+// takes SIGTERM's path: a graceful shutdown, after which run returns nil),
+// and returns once it answers on addr.
+func serveInBackground(t *testing.T, e func(string) string, addr string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, e, io.Discard, io.Discard) }()
-	defer func() {
-		cancel() // SIGTERM's path: graceful shutdown, then run returns nil
+	t.Cleanup(func() {
+		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve returned %v", err)
 		}
-	}()
-	var res *http.Response
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/products", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err = http.DefaultClient.Do(req)
+		res, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
-			break
+			res.Body.Close()
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve stopped before it answered: %v", err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("server did not come up: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling for the listener, not for async work
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("the new key gets %d", res.StatusCode)
+}
+
+type answer struct {
+	status int
+	body   []byte
+}
+
+// call sends one request with an API key (and an Idempotency-Key and a
+// body, when not empty).
+func call(t *testing.T, method, url, apiKey, idemKey, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{status: res.StatusCode, body: raw}
+}
+
+// api outbox replay, in a process of its own, finds the running API's
+// embedded NATS server through NATS_STORE_DIR, with the token that server
+// accepts, and publishes the event again.
+func TestOutboxReplayReachesTheEmbeddedServer(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
+		"DEMO_MODE": "true", "PSP_URL": newSimulator(t)})
+	serveInBackground(t, e, addr)
+	const acme = "sk_test_acme" // #nosec G101 -- the public demo key
+	if r := call(t, "POST", "http://"+addr+"/v1/orders", acme, "replay-1", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1}]}`); r.status != http.StatusCreated {
+		t.Fatalf("create order: %d %s", r.status, r.body)
+	}
+	r := call(t, "GET", "http://"+addr+"/v1/events?limit=1", acme, "", "")
+	var events struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &events); err != nil || len(events.Data) != 1 {
+		t.Fatalf("events: %d %s (%v)", r.status, r.body, err)
+	}
+	id := events.Data[0].ID
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"outbox", "replay", id}, e, &out, io.Discard); err != nil {
+		t.Fatalf("outbox replay: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "event "+id+" replayed") {
+		t.Fatalf("outbox replay printed %q", out.String())
 	}
 }
 
