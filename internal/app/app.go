@@ -89,7 +89,8 @@ func WithFulfillmentHooks(h fulfillment.Hooks) Option {
 }
 
 // New builds the running service (api serve): it connects to the database,
-// applies migrations (unless disabled), seeds the demo tenants in demo mode,
+// applies migrations (unless disabled), seeds the demo tenants in demo mode
+// (outside it, refuses a database whose demo keys still work: CheckNoDemoKeys),
 // starts listening on cfg.HTTPAddr, connects the broker (embedding one
 // without NATS_URL), and builds every part. Serve runs them. The operator
 // commands do not use it; they build their one service (commands.go).
@@ -111,6 +112,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		}
 	}()
 	a.tenants = NewTenants(pool, cfg, now)
+	if err := CheckNoDemoKeys(ctx, cfg, a.tenants); err != nil {
+		return nil, err
+	}
 	var demoTenants []tenants.Tenant
 	if cfg.DemoMode {
 		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
