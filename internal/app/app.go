@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		orders.NewHandler(orderSvc),
 		payments.NewHandler(a.payments),
 		outbox.NewHandler(pool),
-		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
+		demo.NewHandler(pool, orderSvc, a.payments, logger, now, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP))

@@ -70,6 +70,11 @@ type Handler struct {
 	sim      *Simulator
 	replay   ReplayFunc
 	logger   *slog.Logger
+	now      func() time.Time
+
+	replayEvery time.Duration
+	replayBurst int
+	replays     *tenantLimiter
 }
 
 // HandlerOption configures a Handler.
@@ -96,14 +101,26 @@ func WithReplay(replay ReplayFunc) HandlerOption {
 	return func(h *Handler) { h.replay = replay }
 }
 
+// WithReplayLimit bounds each tenant's POST /demo/events/{id}/replay to a
+// burst of burst, then one more every every (default DefaultReplayBurst, 5,
+// and DefaultReplayEvery, 1s); past it the answer is 429 rate_limited with
+// Retry-After. Each replay republishes an event to the broker, which no
+// tenant may flood.
+func WithReplayLimit(every time.Duration, burst int) HandlerOption {
+	return func(h *Handler) { h.replayEvery, h.replayBurst = every, burst }
+}
+
 // NewHandler returns the demo handler, off unless WithDemoMode turns it on.
 // The handler owns no table: it reads orders through orderSvc, payments and
-// refunds through paySvc and events through the outbox, on pool.
-func NewHandler(pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, logger *slog.Logger, opts ...HandlerOption) *Handler {
-	h := &Handler{pool: pool, orders: orderSvc, payments: paySvc, logger: logger}
+// refunds through paySvc and events through the outbox, on pool. now is the
+// clock of the replay limit.
+func NewHandler(pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, logger *slog.Logger, now func() time.Time, opts ...HandlerOption) *Handler {
+	h := &Handler{pool: pool, orders: orderSvc, payments: paySvc, logger: logger, now: now,
+		replayEvery: DefaultReplayEvery, replayBurst: DefaultReplayBurst}
 	for _, o := range opts {
 		o(h)
 	}
+	h.replays = newTenantLimiter(h.replayEvery, h.replayBurst, now)
 	return h
 }
 
@@ -465,13 +482,19 @@ type replayJSON struct {
 // ReplayEvent handles POST /demo/events/{id}/replay: the operator's
 // republish of one of the tenant's outbox events. The consumers get the same
 // message id again; their inbox makes the redelivery change nothing. It
-// answers 202: the dispatcher publishes the event again soon, not now.
+// answers 202: the dispatcher publishes the event again soon, not now. Each
+// tenant's replays are rate-limited (WithReplayLimit): past the limit, 429
+// rate_limited with Retry-After, before anything is looked up.
 func (h *Handler) ReplayEvent(c echo.Context) error {
 	if !h.enabled {
 		return errDisabled()
 	}
 	if h.replay == nil {
 		return problem.New(problem.NotFound, "Event replay is not available in this build.")
+	}
+	if ok, wait := h.replays.allow(tenants.FromContext(c).ID); !ok {
+		return &problem.Error{Code: problem.RateLimited, RetryAfter: wait,
+			Detail: fmt.Sprintf("Too many event replays: at most %d at once, then one every %s. Retry after the Retry-After seconds.", h.replayBurst, h.replayEvery)}
 	}
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {

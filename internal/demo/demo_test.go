@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -133,7 +134,7 @@ func notSimulator(t *testing.T) *demo.Simulator {
 
 func TestChaosLoseResponse(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	_, _, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err == nil {
 		t.Fatal("the response arrived; want the connection closed without an answer")
@@ -149,7 +150,7 @@ func TestChaosLoseResponse(t *testing.T) {
 
 func TestChaosLosesErrorAnswersToo(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	// A 404 of the router is an answer like any other: it is lost too.
 	if _, _, err := send(t, srv, "POST", "/v1/nothing", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse}); err == nil {
 		t.Fatal("the error answer arrived; want the connection closed")
@@ -158,7 +159,7 @@ func TestChaosLosesErrorAnswersToo(t *testing.T) {
 
 func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 
 func TestChaosUnknownValue(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: "set-fire"})
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +191,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 	t.Parallel()
 	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
 	_, sim := newPSP(t)
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithSimulator(sim), demo.WithReplay(replay)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithSimulator(sim), demo.WithReplay(replay)))
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/demo", ""},
 		{"GET", "/demo/faults", ""},
@@ -208,7 +209,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "GET", "/demo", "", nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %v %s", err, body)
@@ -241,7 +242,7 @@ func TestStatusAsksTheProvider(t *testing.T) {
 		{"not a simulator", notSimulator(t), false},
 		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, demo.WithAPIKey("sk_sim_wrong")), false},
 	} {
-		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(tc.sim)))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(tc.sim)))
 		res, body, err := send(t, srv, "GET", "/demo", "", nil)
 		if err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: GET /demo: %v %s", tc.name, err, body)
@@ -263,7 +264,7 @@ func TestSetFaults(t *testing.T) {
 	if err := psp.SetScopedFaults(pspsim.ScopedFaults{Scope: tenantB.String(), TimeoutNext: 3}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(sim)))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("PUT /demo/faults: %v %s", err, body)
@@ -313,7 +314,7 @@ func TestFaultsNeedASimulatorThatScopesThem(t *testing.T) {
 		_, _ = w.Write([]byte(`{"latency_ms":0,"fail_rate":0,"fail_next":0,"drop_next":0,"timeout_next":0}`))
 	}))
 	t.Cleanup(unscoped.Close)
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(demo.NewSimulator(unscoped.URL))))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(demo.NewSimulator(unscoped.URL))))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func TestFaultsNeedASimulatorThatScopesThem(t *testing.T) {
 func TestWithoutSimulatorOrReplay(t *testing.T) {
 	t.Parallel()
 	for _, sim := range []*demo.Simulator{nil, notSimulator(t)} {
-		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(sim)))
 		for _, r := range []struct{ method, path, body string }{
 			{"GET", "/demo/faults", ""},
 			{"PUT", "/demo/faults", `{"drop_next":1}`},
