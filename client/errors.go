@@ -35,6 +35,7 @@ const (
 	CodePaymentRejected            = "payment_rejected"
 	CodePaymentProviderUnavailable = "payment_provider_unavailable"
 	CodeServiceUnavailable         = "service_unavailable"
+	CodeRateLimited                = "rate_limited"
 	CodeInternal                   = "internal_error"
 )
 

@@ -3,6 +3,8 @@
 //	api serve                              run the API (the default)
 //	api migrate up|down [N]|version        manage the schema
 //	api tenants create --slug S --name N   create a tenant, print its key once
+//	api keys create|list|rotate --tenant S create, list or rotate a tenant's API keys
+//	api keys revoke KEY-PREFIX-OR-ID...    revoke API keys
 //	api sweep [--once]                     delete expired records
 //	api outbox stuck|retry ID|replay ID    operate the outbox
 //	api version                            print the build version
@@ -60,6 +62,11 @@ Commands:
   migrate down [N]                    revert the last N migrations (default 1)
   migrate version                     print the applied schema version
   tenants create --slug S [--name N]  create a tenant and print its API key once
+  keys create --tenant S              give a tenant one more API key, printed once
+  keys list --tenant S                list a tenant's API keys (prefix, created, revoked; never the key)
+  keys revoke <prefix-or-id>...       make API keys stop working (within AUTH_CACHE_TTL)
+  keys rotate --tenant S [--overlap D]
+                                      a new key, printed once; the old ones stop after D (default 24h)
   sweep [--once]                      delete expired records (every SWEEP_INTERVAL, or once)
   outbox stuck [--limit N]            list the events the dispatcher gave up on (all tenants)
   outbox retry <event-id>             make a stuck or backing-off event due now
@@ -82,8 +89,9 @@ Run the HTTP API until SIGINT or SIGTERM, with its background workers: the
 outbox dispatcher (publishes events to NATS JetStream), the fulfillment
 consumer, the webhook worker, the payment recoverer and the retention sweeper.
 Without NATS_URL it runs a NATS server inside the process (files under
-NATS_STORE_DIR). The payment provider is PSP_URL; "make run" starts the
-payment simulator as its own process and sets it.
+NATS_STORE_DIR) that accepts only clients with a token made for this
+process. The payment provider is PSP_URL; "make run" starts the payment
+simulator as its own process and sets it.
 
 It listens at once: /healthz answers 200 and every other path 503 while it
 waits for the database and the broker, retrying each with backoff (every retry
@@ -104,8 +112,9 @@ Environment (default in brackets; the README lists every variable):
   AUTO_MIGRATE          apply migrations at start [true]
   STARTUP_TIMEOUT       how long to wait for the database and NATS at start [2m]
   LOG_LEVEL             debug, info, warn or error [info]
-  NATS_URL              NATS server with JetStream; set it whenever more than one
-                        API process runs [empty: embedded]
+  NATS_URL              NATS server with JetStream, credentials in the URL
+                        (nats://user:password@host:4222); set it whenever more
+                        than one API process runs [empty: embedded]
   PSP_URL               the payment provider (required)
   PSP_API_KEY           the provider's bearer token [empty: none sent]
   PSP_WEBHOOK_SECRETS   whsec_ secrets that verify the provider's webhooks; required
@@ -147,6 +156,42 @@ AUTO_MIGRATE=false.
 Example:
   DATABASE_URL=$(scripts/postgres.sh dev) api tenants create --slug initech --name "Initech"
 `,
+	"keys": `Usage: api keys create --tenant SLUG
+       api keys list --tenant SLUG
+       api keys revoke KEY-PREFIX-OR-ID...
+       api keys rotate --tenant SLUG [--overlap D]
+
+Manage tenants' API keys. A key is shown once, when it is made: only its
+SHA-256 and its first 12 characters (the prefix, e.g. sk_live_ab12) are
+stored. A tenant may have several keys at once.
+
+  create   give the tenant one more key and print it; its other keys keep working
+  list     print each key's id, prefix, when it was created and when it
+           stops or stopped working ("-": it has no end); never the key
+  revoke   make the keys named stop working now: each by its id, its prefix
+           as list shows it (refused when two keys share it: use the id), or
+           the key itself. Revoking a revoked key changes nothing
+  rotate   give the tenant a new key, print it, and make every key it had
+           stop working after the overlap (at once with --overlap 0): the
+           time its clients need to switch. A key that already stops
+           sooner keeps its end
+
+A running API may accept a revoked key from its authentication cache for at
+most AUTH_CACHE_TTL [30s] more, and never a rotated key past its overlap
+once AUTH_CACHE_TTL has passed since the rotation.
+
+Flags:
+  --tenant SLUG   the tenant (create, list, rotate; required)
+  --overlap D     how long the old keys keep working after a rotation: a
+                  duration such as 30m, 24h or 7d [24h]
+
+Environment: DATABASE_URL (required); migrations are applied first unless
+AUTO_MIGRATE=false.
+
+Example:
+  api keys rotate --tenant initech --overlap 1h
+  api keys revoke sk_test_acme sk_test_globex   (a demo database served for real)
+`,
 	"sweep": `Usage: api sweep [--once]
 
 Delete expired records in small batches that never stall live traffic:
@@ -182,8 +227,9 @@ the running API offers the same under /admin/outbox/.
                       ignores it. Use it when a consumer missed an event
 
 Environment: DATABASE_URL (required). replay also reads NATS_URL, or, when it
-is empty, finds the running API's embedded NATS server through NATS_STORE_DIR
-[.data/nats].
+is empty, finds the running API's embedded NATS server and its token through
+NATS_STORE_DIR [.data/nats] (run it as the user that runs api serve: only that
+user may read the token).
 `,
 	"version": `Usage: api version
 
@@ -226,6 +272,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(args, getenv, stdout)
 	case "tenants":
 		return tenantsCmd(ctx, args, getenv, stdout, stderr)
+	case "keys":
+		return keysCmd(ctx, args, getenv, stdout, stderr)
 	case "sweep":
 		return sweep(ctx, args, getenv, stdout, stderr)
 	case "outbox":
@@ -362,6 +410,126 @@ func tenantsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintf(stdout, "tenant %s created (id %s)\nAPI key (shown once, store it now): %s\n", t.Slug, t.ID, key)
 	return nil
+}
+
+// defaultOverlap is how long api keys rotate keeps the old keys working
+// unless --overlap says otherwise: a day, for clients whose configuration
+// is changed by a person or a deploy.
+const defaultOverlap = 24 * time.Hour
+
+// keysCmd manages API keys: create, list, revoke, rotate. It builds only
+// the pool and the tenants service.
+func keysCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const use = "keys create|list --tenant S | keys revoke <prefix-or-id>... | keys rotate --tenant S [--overlap D] (api keys --help)"
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, use)
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, helps["keys"]) }
+	var slug *string
+	overlap := defaultOverlap
+	switch sub {
+	case "create", "list", "rotate":
+		slug = fs.String("tenant", "", "the tenant's slug")
+		if sub == "rotate" {
+			fs.Func("overlap", "how long the old keys keep working (e.g. 30m, 24h, 7d; default 24h)", func(v string) (err error) {
+				overlap, err = parseOverlap(v)
+				return err
+			})
+		}
+	case "revoke":
+	default:
+		return fmt.Errorf("%w: %s", errUsage, use)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if slug != nil && (*slug == "" || fs.NArg() > 0) {
+		return fmt.Errorf("%w: %s", errUsage, use)
+	}
+	if sub == "revoke" && fs.NArg() == 0 {
+		return fmt.Errorf("%w: name the keys to revoke: %s", errUsage, use)
+	}
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	pool, err := app.OpenDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	svc := app.NewTenants(pool, cfg, time.Now)
+	switch sub {
+	case "create":
+		k, raw, err := svc.CreateKey(ctx, *slug)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s (id %s) created for tenant %s\nAPI key (shown once, store it now): %s\n", k.Prefix, k.ID, *slug, raw)
+	case "list":
+		keys, err := svc.Keys(ctx, *slug)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		fmt.Fprintf(stdout, "%-36s  %-12s  %-20s  %s\n", "ID", "PREFIX", "CREATED", "REVOKED")
+		for _, k := range keys {
+			fmt.Fprintf(stdout, "%-36s  %-12s  %-20s  %s\n", k.ID, k.Prefix, k.CreatedAt.UTC().Format(time.RFC3339), revokedColumn(k, now))
+		}
+	case "revoke":
+		var errs []error
+		for _, ref := range fs.Args() {
+			k, err := svc.RevokeKey(ctx, ref)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Fprintf(stdout, "key %s (id %s) revoked at %s; a running API accepts it for at most AUTH_CACHE_TTL (%s) more\n",
+				k.Prefix, k.ID, k.RevokedAt.UTC().Format(time.RFC3339), cfg.AuthCacheTTL)
+		}
+		return errors.Join(errs...)
+	case "rotate":
+		k, raw, old, err := svc.RotateKey(ctx, *slug, overlap)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s (id %s) created for tenant %s\nAPI key (shown once, store it now): %s\n", k.Prefix, k.ID, *slug, raw)
+		for _, o := range old {
+			fmt.Fprintf(stdout, "old key %s (id %s) works until %s\n", o.Prefix, o.ID, o.RevokedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// revokedColumn is what api keys list says of when k stops working.
+func revokedColumn(k tenants.Key, now time.Time) string {
+	switch {
+	case k.RevokedAt == nil:
+		return "-"
+	case k.WorksAt(now):
+		return k.RevokedAt.UTC().Format(time.RFC3339) + " (overlap: works until then)"
+	}
+	return k.RevokedAt.UTC().Format(time.RFC3339)
+}
+
+// parseOverlap reads --overlap: a Go duration, or whole days as "7d".
+func parseOverlap(v string) (time.Duration, error) {
+	var d time.Duration
+	var err error
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		var days int
+		days, err = strconv.Atoi(n)
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		d, err = time.ParseDuration(v)
+	}
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want a duration such as 0, 30m, 24h or 7d, not %q", v)
+	}
+	return d, nil
 }
 
 func sweep(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -107,9 +110,11 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{[]string{"outbox", "--help"}, []string{"Usage: api outbox", "stuck", "retry", "replay", "Nats-Msg-Id", "NATS_STORE_DIR"}},
 		{[]string{"outbox", "replay", "--help"}, []string{"Usage: api outbox"}},
 		{[]string{"outbox", "stuck", "-h"}, []string{"Usage: api outbox"}},
+		{[]string{"keys", "--help"}, []string{"Usage: api keys create", "list", "revoke", "rotate", "--overlap", "AUTH_CACHE_TTL", "shown once"}},
+		{[]string{"keys", "rotate", "--help"}, []string{"Usage: api keys"}},
 		{[]string{"version", "--help"}, []string{"Usage: api version"}},
 		{[]string{"help", "sweep"}, []string{"Usage: api sweep"}},
-		{[]string{"help"}, []string{"Usage: api <command>", "api <command> --help", "outbox replay", "tenants create"}},
+		{[]string{"help"}, []string{"Usage: api <command>", "api <command> --help", "outbox replay", "tenants create", "keys rotate"}},
 		{[]string{"-h"}, []string{"Usage: api <command>"}},
 	} {
 		var out, errOut bytes.Buffer
@@ -169,20 +174,9 @@ func TestMigrateCommands(t *testing.T) {
 // cannot be created twice.
 func TestTenantsCreateAndServe(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	sim, err := pspsim.New(pspsim.Config{}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	provider := httptest.NewServer(sim.Handler())
-	t.Cleanup(provider.Close)
+	addr := freeAddr(t)
 	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
-		"PSP_URL": provider.URL, "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
+		"PSP_URL": newSimulator(t), "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"tenants", "create", "--slug", "initech", "--name", "Initech"}, e, &out, io.Discard); err != nil {
@@ -199,35 +193,134 @@ func TestTenantsCreateAndServe(t *testing.T) {
 		t.Fatalf("bad slug: %v", err)
 	}
 
+	serveInBackground(t, e, addr)
+	if res := call(t, "GET", "http://"+addr+"/v1/products", key, "", ""); res.status != http.StatusOK {
+		t.Fatalf("the new key gets %d", res.status)
+	}
+}
+
+// freeAddr returns a loopback address nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// newSimulator starts a payment simulator on a loopback port for the test
+// and returns its URL.
+func newSimulator(t *testing.T) string {
+	t.Helper()
+	sim, err := pspsim.New(pspsim.Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewServer(sim.Handler())
+	t.Cleanup(provider.Close)
+	return provider.URL
+}
+
+// serveInBackground runs "api serve" with e until the test ends (then it
+// takes SIGTERM's path: a graceful shutdown, after which run returns nil),
+// and returns once it is ready on addr.
+func serveInBackground(t *testing.T, e func(string) string, addr string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, e, io.Discard, io.Discard) }()
-	defer func() {
-		cancel() // SIGTERM's path: graceful shutdown, then run returns nil
+	t.Cleanup(func() {
+		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve returned %v", err)
 		}
-	}()
-	var res *http.Response
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/products", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err = http.DefaultClient.Do(req)
-		if err == nil && res.StatusCode != http.StatusServiceUnavailable {
-			break // 503 while it starts
-		}
+		// /healthz answers from the start; /readyz once the database and
+		// the broker are there and everything is built.
+		res, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
 			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+			err = fmt.Errorf("/readyz answered %d", res.StatusCode)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve stopped before it answered: %v", err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("server did not come up: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling for the listener and the start, not for async work
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("the new key gets %d", res.StatusCode)
+}
+
+type answer struct {
+	status int
+	body   []byte
+}
+
+// call sends one request with an API key (and an Idempotency-Key and a
+// body, when not empty).
+func call(t *testing.T, method, url, apiKey, idemKey, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{status: res.StatusCode, body: raw}
+}
+
+// api outbox replay, in a process of its own, finds the running API's
+// embedded NATS server through NATS_STORE_DIR, with the token that server
+// accepts, and publishes the event again.
+func TestOutboxReplayReachesTheEmbeddedServer(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
+		"DEMO_MODE": "true", "PSP_URL": newSimulator(t)})
+	serveInBackground(t, e, addr)
+	const acme = "sk_test_acme" // #nosec G101 -- the public demo key
+	if r := call(t, "POST", "http://"+addr+"/v1/orders", acme, "replay-1", `{"currency":"EUR","items":[{"sku":"travel-mug","quantity":1}]}`); r.status != http.StatusCreated {
+		t.Fatalf("create order: %d %s", r.status, r.body)
+	}
+	r := call(t, "GET", "http://"+addr+"/v1/events?limit=1", acme, "", "")
+	var events struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &events); err != nil || len(events.Data) != 1 {
+		t.Fatalf("events: %d %s (%v)", r.status, r.body, err)
+	}
+	id := events.Data[0].ID
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"outbox", "replay", id}, e, &out, io.Discard); err != nil {
+		t.Fatalf("outbox replay: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "event "+id+" replayed") {
+		t.Fatalf("outbox replay printed %q", out.String())
 	}
 }
 
@@ -271,6 +364,9 @@ func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
 	})
 	for _, args := range [][]string{
 		{"tenants", "create", "--slug", "hooli"},
+		{"keys", "create", "--tenant", "hooli"},
+		{"keys", "list", "--tenant", "hooli"},
+		{"keys", "rotate", "--tenant", "hooli"},
 		{"sweep", "--once"},
 		{"outbox", "stuck"},
 		{"migrate", "version"},
@@ -315,5 +411,121 @@ func TestVersionGivenAtBuildTime(t *testing.T) {
 	buildVersion = "3f2c1ab-dirty"
 	if got := version(); got != "3f2c1ab-dirty" {
 		t.Fatalf("version() = %q, want the build-time version", got)
+	}
+}
+
+// The key lifecycle from the command line: create adds a key, list shows
+// prefixes and never a key, revoke ends one by its prefix, rotate makes a
+// new key and ends the old ones after the overlap (at once with 0). What the
+// commands print is what a running API then accepts.
+func TestKeysCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "LOG_LEVEL": "warn"})
+	keyOf := func(out string) string {
+		t.Helper()
+		key := regexp.MustCompile(`sk_live_[a-z2-7]{32}`).FindString(out)
+		if key == "" {
+			t.Fatalf("no key in %q", out)
+		}
+		return key
+	}
+	runOK := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(ctx, args, e, &out, io.Discard); err != nil {
+			t.Fatalf("api %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String()
+	}
+	first := keyOf(runOK("tenants", "create", "--slug", "initech"))
+	second := keyOf(runOK("keys", "create", "--tenant", "initech"))
+
+	list := runOK("keys", "list", "--tenant", "initech")
+	for _, key := range []string{first, second} {
+		if !strings.Contains(list, key[:12]) || strings.Contains(list, key[12:]) {
+			t.Errorf("keys list shows %q; want the prefix %s and nothing more of the key", list, key[:12])
+		}
+	}
+	if out := runOK("keys", "revoke", second[:12]); !strings.Contains(out, "revoked") || !strings.Contains(out, "AUTH_CACHE_TTL") {
+		t.Errorf("keys revoke printed %q", out)
+	}
+	rotated := runOK("keys", "rotate", "--tenant", "initech", "--overlap", "0")
+	third := keyOf(rotated)
+	if !strings.Contains(rotated, "old key "+first[:12]) {
+		t.Errorf("keys rotate printed %q; want it to name the old key it ended", rotated)
+	}
+	if out := runOK("keys", "rotate", "--tenant", "initech", "--overlap", "7d"); !strings.Contains(out, "old key "+third[:12]+" ") {
+		t.Errorf("keys rotate --overlap 7d printed %q", out)
+	}
+
+	cfg, err := app.ConfigFromEnv(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AuthCacheTTL = 0
+	pool, err := app.OpenDatabase(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	svc := app.NewTenants(pool, cfg, time.Now)
+	for key, works := range map[string]bool{first: false, second: false, third: true} {
+		if _, err := svc.Authenticate(ctx, key); (err == nil) != works {
+			t.Errorf("key %s: Authenticate = %v, want working %t", key[:12], err, works)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"keys"}, {"keys", "list"}, {"keys", "revoke"}, {"keys", "frobnicate"},
+		{"keys", "create", "--tenant", "initech", "extra"},
+		{"keys", "rotate", "--tenant", "initech", "--overlap", "-1h"},
+		{"keys", "rotate", "--tenant", "initech", "--overlap", "soon"},
+	} {
+		if err := run(ctx, args, e, io.Discard, io.Discard); err == nil {
+			t.Errorf("api %s succeeded, want a usage error", strings.Join(args, " "))
+		}
+	}
+	if err := run(ctx, []string{"keys", "list", "--tenant", "nobody"}, e, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no such tenant") {
+		t.Errorf("keys list of an unknown tenant: %v", err)
+	}
+	if err := run(ctx, []string{"keys", "revoke", "sk_live_zzzz"}, e, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no such api key") {
+		t.Errorf("keys revoke of an unknown key: %v", err)
+	}
+}
+
+// A database seeded in demo mode and then served with DEMO_MODE=false: api
+// serve refuses to start while the public demo keys work there, in one line
+// that names the command revoking them; after that command it starts, and
+// the demo keys are refused.
+func TestServeRefusesLiveDemoKeysOutsideDemoMode(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	pool, err := postgres.Open(context.Background(), url, postgres.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.SeedDemo(t, pool)
+	pool.Close()
+
+	addr := freeAddr(t)
+	e := env(map[string]string{"DATABASE_URL": url, "HTTP_ADDR": addr, "LOG_LEVEL": "warn", "NATS_STORE_DIR": t.TempDir(),
+		"PSP_URL": newSimulator(t), "PSP_WEBHOOK_SECRETS": "whsec_b3duLXNlY3JldA=="})
+	// Bounded: a serve that does not refuse runs until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	err = run(ctx, []string{"serve"}, e, io.Discard, io.Discard)
+	cancel()
+	const revoke = "api keys revoke sk_test_acme sk_test_globex"
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), revoke) {
+		t.Fatalf("serve of a demo database outside demo mode: %v; want one line naming %q", err, revoke)
+	}
+	if err := run(context.Background(), strings.Fields(revoke)[1:], e, io.Discard, io.Discard); err != nil {
+		t.Fatalf("%s: %v", revoke, err)
+	}
+	serveInBackground(t, e, addr)
+	for _, d := range []string{"sk_test_acme", "sk_test_globex"} {
+		if r := call(t, "GET", "http://"+addr+"/v1/products", d, "", ""); r.status != http.StatusUnauthorized {
+			t.Errorf("demo key %s outside demo mode: %d %s, want 401", d, r.status, r.body)
+		}
 	}
 }

@@ -139,6 +139,9 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 func (a *App) build(ctx context.Context) (err error) {
 	cfg, logger, now, pool, o := a.cfg, a.logger, a.now, a.pool, a.opts
 	a.tenants = NewTenants(pool, cfg, now)
+	if err := CheckNoDemoKeys(ctx, cfg, a.tenants); err != nil {
+		return err
+	}
 	var demoTenants []tenants.Tenant
 	if cfg.DemoMode {
 		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
@@ -198,7 +201,7 @@ func (a *App) build(ctx context.Context) (err error) {
 		orders.NewHandler(orderSvc),
 		payments.NewHandler(a.payments),
 		outbox.NewHandler(pool),
-		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
+		demo.NewHandler(pool, orderSvc, a.payments, logger, now, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP))

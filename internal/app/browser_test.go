@@ -574,6 +574,31 @@ func TestDemoProviderFault(t *testing.T) {
 	wantProblem(t, b.do(t, "PUT", "/demo/faults", acme, "", `{"drop_next":99}`), http.StatusUnprocessableEntity, "validation_failed")
 }
 
+// Demo faults are the tenant's own: faults acme arms meet acme's next
+// payment only, never globex's, and globex sees none armed.
+func TestDemoProviderFaultsAreScopedToTheTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if r := b.do(t, "PUT", "/demo/faults", acme, "", `{"fail_next":2}`); r.status != http.StatusOK {
+		t.Fatalf("PUT /demo/faults = %d %s", r.status, r.body)
+	}
+	if r := b.do(t, "GET", "/demo/faults", globex, "", ""); string(r.body) != `{"timeout_next":0,"fail_next":0,"drop_next":0}` {
+		t.Fatalf("globex's faults = %d %s, want none armed", r.status, r.body)
+	}
+	o := b.do(t, "POST", "/v1/orders", globex, "scoped-o1", orderBody)
+	if o.status != http.StatusCreated {
+		t.Fatalf("globex's order: %d %s", o.status, o.body)
+	}
+	if r := b.do(t, "POST", "/v1/orders/"+o.json(t)["id"].(string)+"/payments", globex, "scoped-pay", `{"payment_method":"pm_card_ok"}`); r.status != http.StatusCreated {
+		t.Fatalf("globex's payment met acme's fault: %d %s", r.status, r.body)
+	}
+	orderID, _ := b.order(t, "scoped-o2")
+	wantProblem(t, b.pay(t, orderID, "scoped-pay", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	if r := b.do(t, "GET", "/demo/faults", acme, "", ""); string(r.body) != `{"timeout_next":0,"fail_next":1,"drop_next":0}` {
+		t.Fatalf("acme's faults after one = %d %s", r.status, r.body)
+	}
+}
+
 // X-Demo-Chaos: lose-response is drill 1 on demand: the request commits,
 // the answer never arrives, the retry gets it replayed.
 func TestDemoChaosLoseResponse(t *testing.T) {

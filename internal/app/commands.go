@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,8 +39,30 @@ func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 }
 
 // NewTenants returns the tenants service: tenants, API keys, authentication.
+// It accepts the public demo keys in demo mode only.
 func NewTenants(pool *pgxpool.Pool, cfg Config, now func() time.Time) *tenants.Service {
-	return tenants.NewService(pool, now, tenants.WithCacheTTL(cfg.AuthCacheTTL))
+	return tenants.NewService(pool, now, tenants.WithCacheTTL(cfg.AuthCacheTTL), tenants.WithDemoKeys(cfg.DemoMode))
+}
+
+// CheckNoDemoKeys refuses a database in which the public demo keys still
+// work when the service is not in demo mode: a database seeded in demo mode
+// and now served for real. The service would refuse those keys anyway
+// (tenants.WithDemoKeys), but starting would hide that the database holds
+// demo tenants whose keys anyone knows; the operator decides, in one
+// command, and nothing changes credentials behind their back.
+func CheckNoDemoKeys(ctx context.Context, cfg Config, svc *tenants.Service) error {
+	if cfg.DemoMode {
+		return nil
+	}
+	live, err := svc.LiveDemoKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: this database was seeded in demo mode and its public demo keys still work; revoke them with `api keys revoke %s` (or serve a fresh database)",
+		strings.Join(live, " "))
 }
 
 // newStore returns the idempotency store of every registered operation.

@@ -3,7 +3,9 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -489,6 +491,58 @@ func TestRefunds(t *testing.T) {
 	wantProblem(t, b.refund(t, paymentID, "refund-zero", 0), http.StatusUnprocessableEntity, "validation_failed")
 	frac := b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, "refund-frac", `{"amount":1.5}`)
 	wantProblem(t, frac, http.StatusUnprocessableEntity, "validation_failed")
+}
+
+// tenantID returns the id of the tenant with slug.
+func (b *testBundle) tenantID(t *testing.T, slug string) string {
+	t.Helper()
+	var id string
+	if err := b.pool.QueryRow(context.Background(), `SELECT id::text FROM tenants WHERE slug = $1`, slug).Scan(&id); err != nil {
+		t.Fatalf("tenant %s: %v", slug, err)
+	}
+	return id
+}
+
+// What the provider learns of a payment and a refund is our references and
+// the derived provider key, never the client's Idempotency-Key: nothing the
+// provider holds (its ledger, with every charge's and refund's key and
+// metadata) contains the client's keys (docs/SECURITY.md).
+func TestProviderNeverLearnsTheClientsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const payKey, refundKey = "client-pay-key-7f3a", "client-refund-key-9b1c"
+	orderID, _ := b.order(t, "o-provider-learns")
+	paid := b.pay(t, orderID, payKey, "pm_card_ok")
+	if paid.status != http.StatusCreated {
+		t.Fatalf("pay: %d %s", paid.status, paid.body)
+	}
+	paymentID := paid.json(t)["id"].(string)
+	refunded := b.refund(t, paymentID, refundKey, 100)
+	if refunded.status != http.StatusCreated {
+		t.Fatalf("refund: %d %s", refunded.status, refunded.body)
+	}
+	refundID := refunded.json(t)["id"].(string)
+
+	l := b.psp.Ledger("")
+	if len(l.Charges) != 1 || len(l.Refunds) != 1 {
+		t.Fatalf("ledger = %+v, want one charge and one refund", l)
+	}
+	tenant := b.tenantID(t, "acme")
+	if got, want := l.Charges[0].Metadata, map[string]string{"reference": paymentID, "order_id": orderID, "tenant_id": tenant}; !maps.Equal(got, want) {
+		t.Errorf("charge metadata = %v, want %v", got, want)
+	}
+	if got, want := l.Refunds[0].Metadata, map[string]string{"reference": refundID, "payment_id": paymentID, "tenant_id": tenant}; !maps.Equal(got, want) {
+		t.Errorf("refund metadata = %v, want %v", got, want)
+	}
+	all, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{payKey, refundKey} {
+		if bytes.Contains(all, []byte(key)) {
+			t.Errorf("the provider's ledger holds the client's key %q: %s", key, all)
+		}
+	}
 }
 
 // Concurrent refunds that together exceed the payment: only the allowed ones

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,12 +20,21 @@ import (
 // Embedded is a nats-server with JetStream running inside this process,
 // listening on a loopback port. It is the default for `make run` and the
 // tests; production points NATS_URL at a real cluster.
+//
+// It accepts only clients that present its token, a random one per server
+// unless WithToken says otherwise: loopback is shared by every user and
+// process of the machine, and a client of the broker can publish events the
+// consumers act on (a payment.succeeded fulfils an order) and read every
+// tenant's events. ClientURL carries the token; the URL file in the store
+// directory, readable by its owner only, hands it to the operator commands
+// of other processes (EmbeddedURL).
 type Embedded struct {
 	srv *server.Server
 	dir string
 	// port is the port asked for (WithPort) until the server listens, then
 	// the port it listens on.
 	port       int
+	token      string
 	syncAlways bool
 	once       sync.Once
 }
@@ -36,6 +46,12 @@ type EmbeddedOption func(*Embedded)
 // kernel pick a free one; a fixed port is only for restarting a server on
 // the port its clients already know (see Embedded.Port).
 func WithPort(port int) EmbeddedOption { return func(e *Embedded) { e.port = port } }
+
+// WithToken makes the server accept only clients that present token. The
+// default is a token of 130 random bits (crypto/rand) made for this server;
+// a token of your own is only for restarting a server whose clients know it
+// already (see Embedded.Token).
+func WithToken(token string) EmbeddedOption { return func(e *Embedded) { e.token = token } }
 
 // WithSyncAlways(false) turns off what the embedded server does by
 // default: fsync every message before it sends the PubAck
@@ -67,13 +83,19 @@ func StartEmbedded(dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Em
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	if e.token == "" {
+		e.token = strings.ToLower(rand.Text())
+	}
 	so := &server.Options{
 		ServerName: "oncepay-embedded",
 		Host:       "127.0.0.1",
 		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		SyncAlways: e.syncAlways,
+		// Only clients with the token connect: anyone else on the machine
+		// is refused before they can publish or subscribe.
+		Authorization: e.token,
+		JetStream:     true,
+		StoreDir:      dir,
+		SyncAlways:    e.syncAlways,
 		// The embedding process owns the signals. No monitoring, cluster,
 		// gateway or leaf node port is configured, so nothing else listens.
 		NoSigs: true,
@@ -97,22 +119,41 @@ func StartEmbedded(dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Em
 	}
 	e.srv, e.port = srv, addr.Port
 	// Operator commands of other processes (`api outbox replay`) find the
-	// server through this file; the port is random.
-	if err := os.WriteFile(filepath.Join(dir, urlFile), []byte(e.ClientURL()+"\n"), 0o600); err != nil {
+	// server through this file; the port is random, and so is the token.
+	if err := writePrivate(filepath.Join(dir, urlFile), []byte(e.ClientURL()+"\n")); err != nil {
 		e.Shutdown()
 		return nil, fmt.Errorf("embedded nats-server: write %s: %w", urlFile, err)
 	}
-	logger.Info("embedded nats-server started", "url", e.ClientURL(), "store_dir", dir)
+	logger.Info("embedded nats-server started", "url", redact(e.ClientURL()), "store_dir", dir)
 	return e, nil
 }
 
 // urlFile, in the store directory, holds the client URL of the embedded
-// server while it runs.
+// server, its token included, while it runs. Only its owner may read it.
 const urlFile = "client-url"
 
-// EmbeddedURL returns the client URL of the embedded server that runs (in
-// another process) on the store directory dir. Never start a second
-// embedded server on a directory in use: connect to the running one.
+// writePrivate writes data to path readable and writable by its owner only,
+// whatever a file left there before allowed: it writes a new file and renames
+// it over the old one, so no reader ever sees a partial URL or a looser mode.
+func writePrivate(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*") // created with mode 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // gone after the rename; left behind only on failure
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close() // the write error is the one to report
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// EmbeddedURL returns the client URL, with its token, of the embedded server
+// that runs (in another process) on the store directory dir. Never start a
+// second embedded server on a directory in use: connect to the running one.
 func EmbeddedURL(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, urlFile)) // #nosec G304 -- dir is NATS_STORE_DIR, chosen by the operator
 	if errors.Is(err, fs.ErrNotExist) {
@@ -124,8 +165,17 @@ func EmbeddedURL(dir string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// ClientURL is the nats:// URL clients connect to.
-func (e *Embedded) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.port) }
+// ClientURL is the nats:// URL clients connect to, with the server's token
+// as its user information (nats://<token>@127.0.0.1:<port>), as NATS URLs
+// carry tokens. It is a credential: log it redacted.
+func (e *Embedded) ClientURL() string {
+	return fmt.Sprintf("nats://%s@127.0.0.1:%d", e.token, e.port)
+}
+
+// Token is the token the server accepts. Passing it to StartEmbedded
+// (WithToken), with the same port and dir, brings back a server its clients
+// reconnect to.
+func (e *Embedded) Token() string { return e.token }
 
 // Port is the port the server listens on. Passing it to StartEmbedded
 // (WithPort) with the same dir brings the same server back, and clients

@@ -8,9 +8,12 @@
 //     its refunds, and how often the provider really charged it, read from
 //     the payment simulator's ledger over HTTP (the ground truth of "charged
 //     once").
-//   - GET, PUT /demo/faults: arm the simulator's one-shot faults for its next
-//     call (a timeout, a 5xx, or a charge whose answer is dropped), through
-//     its admin API.
+//   - GET, PUT /demo/faults: arm the simulator's one-shot faults for the
+//     tenant's next calls (a timeout, a 5xx, or a charge whose answer is
+//     dropped), through its admin API. They are the tenant's own: only its
+//     charges and refunds meet them (the simulator scopes them by the
+//     tenant_id every charge carries), so one tenant cannot break another's
+//     payments.
 //
 // The simulator is reached like any provider, at PSP_URL with PSP_API_KEY
 // (Simulator); when the provider is not a simulator, charge counts are null
@@ -67,6 +70,11 @@ type Handler struct {
 	sim      *Simulator
 	replay   ReplayFunc
 	logger   *slog.Logger
+	now      func() time.Time
+
+	replayEvery time.Duration
+	replayBurst int
+	replays     *tenantLimiter
 }
 
 // HandlerOption configures a Handler.
@@ -93,14 +101,26 @@ func WithReplay(replay ReplayFunc) HandlerOption {
 	return func(h *Handler) { h.replay = replay }
 }
 
+// WithReplayLimit bounds each tenant's POST /demo/events/{id}/replay to a
+// burst of burst, then one more every every (default DefaultReplayBurst, 5,
+// and DefaultReplayEvery, 1s); past it the answer is 429 rate_limited with
+// Retry-After. Each replay republishes an event to the broker, which no
+// tenant may flood.
+func WithReplayLimit(every time.Duration, burst int) HandlerOption {
+	return func(h *Handler) { h.replayEvery, h.replayBurst = every, burst }
+}
+
 // NewHandler returns the demo handler, off unless WithDemoMode turns it on.
 // The handler owns no table: it reads orders through orderSvc, payments and
-// refunds through paySvc and events through the outbox, on pool.
-func NewHandler(pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, logger *slog.Logger, opts ...HandlerOption) *Handler {
-	h := &Handler{pool: pool, orders: orderSvc, payments: paySvc, logger: logger}
+// refunds through paySvc and events through the outbox, on pool. now is the
+// clock of the replay limit.
+func NewHandler(pool *pgxpool.Pool, orderSvc *orders.Service, paySvc *payments.Service, logger *slog.Logger, now func() time.Time, opts ...HandlerOption) *Handler {
+	h := &Handler{pool: pool, orders: orderSvc, payments: paySvc, logger: logger, now: now,
+		replayEvery: DefaultReplayEvery, replayBurst: DefaultReplayBurst}
 	for _, o := range opts {
 		o(h)
 	}
+	h.replays = newTenantLimiter(h.replayEvery, h.replayBurst, now)
 	return h
 }
 
@@ -345,19 +365,20 @@ func faultsJSONFrom(f simFaults) faultsJSON {
 	return faultsJSON{TimeoutNext: &timeout, FailNext: &fail, DropNext: &drop}
 }
 
-// Faults handles GET /demo/faults: the one-shot faults still armed.
+// Faults handles GET /demo/faults: the tenant's one-shot faults still armed.
 func (h *Handler) Faults(c echo.Context) error {
-	f, err := h.simFaults(c.Request().Context())
+	f, err := h.simFaults(c.Request().Context(), faultScope(c))
 	if err != nil {
 		return err
 	}
 	return wire.JSON(c, http.StatusOK, faultsJSONFrom(f))
 }
 
-// SetFaults handles PUT /demo/faults: it sets the one-shot counters named in
-// the body (0 to MaxFaultsNext; absent ones keep their value) and keeps every
-// other simulator setting. Setting a counter is idempotent: PUT the same body
-// twice and one fault is armed, not two.
+// SetFaults handles PUT /demo/faults: it sets the tenant's one-shot counters
+// named in the body (0 to MaxFaultsNext; absent ones keep their value). No
+// other tenant's counters, and none of the simulator's global settings,
+// change. Setting a counter is idempotent: PUT the same body twice and one
+// fault is armed, not two.
 func (h *Handler) SetFaults(c echo.Context) error {
 	if !h.enabled {
 		return errDisabled()
@@ -385,8 +406,8 @@ func (h *Handler) SetFaults(c echo.Context) error {
 	// Read-modify-write of the simulator's settings: two concurrent PUTs may
 	// interleave, which a demo accepts; the simulator's own lock keeps each
 	// call consistent.
-	ctx := c.Request().Context()
-	f, err := h.simFaults(ctx)
+	ctx, scope := c.Request().Context(), faultScope(c)
+	f, err := h.simFaults(ctx, scope)
 	if err != nil {
 		return err
 	}
@@ -395,7 +416,7 @@ func (h *Handler) SetFaults(c echo.Context) error {
 			f[name] = json.RawMessage(strconv.Itoa(*v))
 		}
 	}
-	if f, err = h.sim.setFaults(ctx, f); err != nil {
+	if f, err = h.sim.setFaults(ctx, scope, f); err != nil {
 		return fmt.Errorf("demo faults: %w", err)
 	}
 	out := faultsJSONFrom(f)
@@ -404,16 +425,20 @@ func (h *Handler) SetFaults(c echo.Context) error {
 	return wire.JSON(c, http.StatusOK, out)
 }
 
-// simFaults reads the simulator's faults for the fault endpoints: 404 outside
+// faultScope is the scope of the request's tenant at the simulator: the
+// tenant_id its charges and refunds carry.
+func faultScope(c echo.Context) string { return tenants.FromContext(c).ID.String() }
+
+// simFaults reads the faults of scope for the fault endpoints: 404 outside
 // demo mode, and when the provider is no simulator that answers us.
-func (h *Handler) simFaults(ctx context.Context) (simFaults, error) {
+func (h *Handler) simFaults(ctx context.Context, scope string) (simFaults, error) {
 	if !h.enabled {
 		return nil, errDisabled()
 	}
 	if h.sim == nil {
 		return nil, problem.New(problem.NotFound, "Provider faults need the payment simulator; no provider is configured.")
 	}
-	f, err := h.sim.faults(ctx)
+	f, err := h.sim.faults(ctx, scope)
 	if errors.Is(err, errNotSimulator) {
 		h.logSimulatorError(ctx, "demo: provider faults not available", err)
 		return nil, problem.New(problem.NotFound, "Provider faults need the payment simulator; the provider at PSP_URL does not offer them.")
@@ -425,12 +450,13 @@ func (h *Handler) simFaults(ctx context.Context) (simFaults, error) {
 }
 
 // providerFaults reports whether the provider is a simulator that answers
-// its admin API with our key.
+// its admin API with our key, with faults it can scope to one tenant (asked
+// for the empty scope, which no charge carries).
 func (h *Handler) providerFaults(ctx context.Context) bool {
 	if h.sim == nil {
 		return false
 	}
-	_, err := h.sim.faults(ctx)
+	_, err := h.sim.faults(ctx, "")
 	if err != nil {
 		h.logSimulatorError(ctx, "demo: provider faults not available", err)
 	}
@@ -456,13 +482,19 @@ type replayJSON struct {
 // ReplayEvent handles POST /demo/events/{id}/replay: the operator's
 // republish of one of the tenant's outbox events. The consumers get the same
 // message id again; their inbox makes the redelivery change nothing. It
-// answers 202: the dispatcher publishes the event again soon, not now.
+// answers 202: the dispatcher publishes the event again soon, not now. Each
+// tenant's replays are rate-limited (WithReplayLimit): past the limit, 429
+// rate_limited with Retry-After, before anything is looked up.
 func (h *Handler) ReplayEvent(c echo.Context) error {
 	if !h.enabled {
 		return errDisabled()
 	}
 	if h.replay == nil {
 		return problem.New(problem.NotFound, "Event replay is not available in this build.")
+	}
+	if ok, wait := h.replays.allow(tenants.FromContext(c).ID); !ok {
+		return &problem.Error{Code: problem.RateLimited, RetryAfter: wait,
+			Detail: fmt.Sprintf("Too many event replays: at most %d at once, then one every %s. Retry after the Retry-After seconds.", h.replayBurst, h.replayEvery)}
 	}
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -37,6 +39,18 @@ func server(t *testing.T, h *demo.Handler) (*httptest.Server, *atomic.Int32) {
 		_ = c.Blob(problem.Status(pe.Code), problem.ContentType, pe.JSON())
 	}
 	e.Use(h.Chaos)
+	// The tenant's authentication, without a database: the request names
+	// its tenant in testTenantHeader (tenantA without it).
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id := tenantA
+			if v := c.Request().Header.Get(testTenantHeader); v != "" {
+				id = uuid.MustParse(v)
+			}
+			tenants.Put(c, tenants.Tenant{ID: id, Slug: "t-" + id.String()[:8]})
+			return next(c)
+		}
+	})
 	var executed atomic.Int32
 	e.POST("/v1/things", func(c echo.Context) error {
 		executed.Add(1)
@@ -51,6 +65,15 @@ func server(t *testing.T, h *demo.Handler) (*httptest.Server, *atomic.Int32) {
 	t.Cleanup(srv.Close)
 	return srv, &executed
 }
+
+// testTenantHeader names the request's tenant in the tests' servers.
+const testTenantHeader = "X-Test-Tenant"
+
+// The tenants of the tests' requests.
+var (
+	tenantA = uuid.MustParse("01a22931-c9da-71c4-a494-aaaaaaaaaaaa")
+	tenantB = uuid.MustParse("01a22931-c9da-71c4-a494-bbbbbbbbbbbb")
+)
 
 func send(t *testing.T, srv *httptest.Server, method, path, body string, header map[string]string) (*http.Response, string, error) {
 	t.Helper()
@@ -111,7 +134,7 @@ func notSimulator(t *testing.T) *demo.Simulator {
 
 func TestChaosLoseResponse(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	_, _, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err == nil {
 		t.Fatal("the response arrived; want the connection closed without an answer")
@@ -127,7 +150,7 @@ func TestChaosLoseResponse(t *testing.T) {
 
 func TestChaosLosesErrorAnswersToo(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	// A 404 of the router is an answer like any other: it is lost too.
 	if _, _, err := send(t, srv, "POST", "/v1/nothing", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse}); err == nil {
 		t.Fatal("the error answer arrived; want the connection closed")
@@ -136,7 +159,7 @@ func TestChaosLosesErrorAnswersToo(t *testing.T) {
 
 func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger()))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: demo.ChaosLoseResponse})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +176,7 @@ func TestChaosRefusedOutsideDemoMode(t *testing.T) {
 
 func TestChaosUnknownValue(t *testing.T) {
 	t.Parallel()
-	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, executed := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "POST", "/v1/things", "{}", map[string]string{demo.HeaderChaos: "set-fire"})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +191,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 	t.Parallel()
 	replay := func(_ context.Context, _ uuid.UUID) error { return nil }
 	_, sim := newPSP(t)
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithSimulator(sim), demo.WithReplay(replay)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithSimulator(sim), demo.WithReplay(replay)))
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/demo", ""},
 		{"GET", "/demo/faults", ""},
@@ -186,7 +209,7 @@ func TestEndpointsOutsideDemoMode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true)))
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true)))
 	res, body, err := send(t, srv, "GET", "/demo", "", nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %v %s", err, body)
@@ -219,7 +242,7 @@ func TestStatusAsksTheProvider(t *testing.T) {
 		{"not a simulator", notSimulator(t), false},
 		{"simulator refusing the key", demo.NewSimulator(wrongKey.URL, demo.WithAPIKey("sk_sim_wrong")), false},
 	} {
-		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(tc.sim)))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(tc.sim)))
 		res, body, err := send(t, srv, "GET", "/demo", "", nil)
 		if err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: GET /demo: %v %s", tc.name, err, body)
@@ -230,26 +253,40 @@ func TestStatusAsksTheProvider(t *testing.T) {
 	}
 }
 
+// PUT /demo/faults arms the tenant's own faults at the simulator: another
+// tenant's, and the simulator's global settings, stay as they were.
 func TestSetFaults(t *testing.T) {
 	t.Parallel()
 	psp, sim := newPSP(t)
 	if err := psp.SetFaults(pspsim.Faults{LatencyMS: 7, FailNext: 2}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
+	if err := psp.SetScopedFaults(pspsim.ScopedFaults{Scope: tenantB.String(), TimeoutNext: 3}); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(sim)))
 	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("PUT /demo/faults: %v %s", err, body)
 	}
-	if body != `{"timeout_next":0,"fail_next":2,"drop_next":1}` {
+	if body != `{"timeout_next":0,"fail_next":0,"drop_next":1}` {
 		t.Fatalf("answer = %s", body)
 	}
-	// Idempotent: the same PUT arms one drop, not two; other settings stay.
+	// Idempotent: the same PUT arms one drop, not two.
+	if _, _, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1,"fail_next":1}`, nil); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil); err != nil {
 		t.Fatal(err)
 	}
-	if f := psp.Faults(); f.DropNext != 1 || f.FailNext != 2 || f.LatencyMS != 7 {
-		t.Fatalf("faults = %+v, want drop_next 1, fail_next 2 and latency 7 kept", f)
+	if f := psp.ScopedFaults(tenantA.String()); f.DropNext != 1 || f.FailNext != 1 || f.TimeoutNext != 0 {
+		t.Fatalf("tenant A's faults = %+v, want drop_next 1 and fail_next 1", f)
+	}
+	if f := psp.ScopedFaults(tenantB.String()); f != (pspsim.ScopedFaults{Scope: tenantB.String(), TimeoutNext: 3}) {
+		t.Fatalf("tenant B's faults = %+v: tenant A changed them", f)
+	}
+	if f := psp.Faults(); f.DropNext != 0 || f.FailNext != 2 || f.LatencyMS != 7 {
+		t.Fatalf("global faults = %+v, want fail_next 2 and latency 7 kept, nothing armed", f)
 	}
 	for _, bad := range []string{`{"timeout_next":6}`, `{"fail_next":-1}`, `{"drop_nxt":1}`} {
 		res, body, err := send(t, srv, "PUT", "/demo/faults", bad, nil)
@@ -259,15 +296,39 @@ func TestSetFaults(t *testing.T) {
 		wantCode(t, res, body, http.StatusUnprocessableEntity, problem.ValidationFailed)
 	}
 	res, body, err = send(t, srv, "GET", "/demo/faults", "", nil)
-	if err != nil || res.StatusCode != http.StatusOK || body != `{"timeout_next":0,"fail_next":2,"drop_next":1}` {
+	if err != nil || res.StatusCode != http.StatusOK || body != `{"timeout_next":0,"fail_next":1,"drop_next":1}` {
 		t.Fatalf("GET /demo/faults = %v %s", err, body)
+	}
+	res, body, err = send(t, srv, "GET", "/demo/faults", "", map[string]string{testTenantHeader: tenantB.String()})
+	if err != nil || res.StatusCode != http.StatusOK || body != `{"timeout_next":3,"fail_next":0,"drop_next":0}` {
+		t.Fatalf("GET /demo/faults of tenant B = %v %s", err, body)
+	}
+}
+
+// A simulator that answers its fault switches without scoping them would
+// make one tenant's faults everyone's: the demo does not use it.
+func TestFaultsNeedASimulatorThatScopesThem(t *testing.T) {
+	t.Parallel()
+	unscoped := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"latency_ms":0,"fail_rate":0,"fail_next":0,"drop_next":0,"timeout_next":0}`))
+	}))
+	t.Cleanup(unscoped.Close)
+	srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(demo.NewSimulator(unscoped.URL))))
+	res, body, err := send(t, srv, "PUT", "/demo/faults", `{"drop_next":1}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, res, body, http.StatusNotFound, problem.NotFound)
+	if _, body, _ := send(t, srv, "GET", "/demo", "", nil); !strings.Contains(body, `"provider_faults":false`) {
+		t.Fatalf("GET /demo = %s, want provider_faults false", body)
 	}
 }
 
 func TestWithoutSimulatorOrReplay(t *testing.T) {
 	t.Parallel()
 	for _, sim := range []*demo.Simulator{nil, notSimulator(t)} {
-		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), demo.WithDemoMode(true), demo.WithSimulator(sim)))
+		srv, _ := server(t, demo.NewHandler(nil, nil, nil, logger(), time.Now, demo.WithDemoMode(true), demo.WithSimulator(sim)))
 		for _, r := range []struct{ method, path, body string }{
 			{"GET", "/demo/faults", ""},
 			{"PUT", "/demo/faults", `{"drop_next":1}`},

@@ -24,7 +24,7 @@ var errNotSimulator = errors.New("the payment provider is not a simulator that a
 const maxSimulatorBody = 1 << 20
 
 // Simulator reaches the payment simulator's ledger (GET /v1/ledger) and its
-// fault switches (GET and PUT /admin/faults) over HTTP, with the provider's
+// fault switches of one tenant (GET and PUT /admin/faults?scope=) over HTTP, with the provider's
 // API key, exactly as any other client of the simulator would; the demo
 // does not link the simulator. Against a real provider both answer
 // errNotSimulator.
@@ -93,9 +93,10 @@ func (s *Simulator) ledger(ctx context.Context, reference string) (simLedger, er
 	return l, err
 }
 
-// simFaults are the simulator's fault settings as it sends them. They are
-// kept as raw members, so that a read-modify-write changes the members the
-// demo knows and hands every other setting back untouched.
+// simFaults are the one-shot counters the simulator keeps for one scope
+// (pspsim.ScopedFaults), as it sends them: raw members, so that a
+// read-modify-write changes the members the demo knows and hands every
+// other back untouched.
 type simFaults map[string]json.RawMessage
 
 // count reads one of the one-shot counters.
@@ -105,12 +106,23 @@ func (f simFaults) count(name string) int {
 	return n
 }
 
-// faults reads the simulator's fault settings. A provider that answers it
-// is a simulator the demo can break on purpose.
-func (s *Simulator) faults(ctx context.Context) (simFaults, error) {
+// scopedFaultsPath is the simulator's fault switches of one scope: only
+// the charges and refunds whose metadata tenant_id is scope meet them.
+func scopedFaultsPath(scope string) string { return "/admin/faults?scope=" + url.QueryEscape(scope) }
+
+// faults reads the one-shot faults armed for scope (a tenant's id). A
+// provider that answers it is a simulator the demo can break on purpose,
+// for one tenant at a time; one that answers without the scope (a
+// simulator that cannot scope its faults) is not used, since arming it
+// would break every tenant's payments.
+func (s *Simulator) faults(ctx context.Context, scope string) (simFaults, error) {
 	var f simFaults
-	if err := s.call(ctx, http.MethodGet, "/admin/faults", nil, &f); err != nil {
+	if err := s.call(ctx, http.MethodGet, scopedFaultsPath(scope), nil, &f); err != nil {
 		return nil, err
+	}
+	var got string
+	if err := json.Unmarshal(f["scope"], &got); err != nil || got != scope {
+		return nil, fmt.Errorf("%w: its faults cannot be scoped to one tenant", errNotSimulator)
 	}
 	if _, ok := f["fail_next"]; !ok {
 		return nil, fmt.Errorf("%w: its faults have no fail_next", errNotSimulator)
@@ -118,15 +130,15 @@ func (s *Simulator) faults(ctx context.Context) (simFaults, error) {
 	return f, nil
 }
 
-// setFaults replaces the simulator's fault settings and returns them as it
-// then holds them.
-func (s *Simulator) setFaults(ctx context.Context, f simFaults) (simFaults, error) {
+// setFaults replaces the one-shot faults of scope and returns them as the
+// simulator then holds them.
+func (s *Simulator) setFaults(ctx context.Context, scope string, f simFaults) (simFaults, error) {
 	body, err := json.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("encode faults: %w", err)
 	}
 	var out simFaults
-	if err := s.call(ctx, http.MethodPut, "/admin/faults", body, &out); err != nil {
+	if err := s.call(ctx, http.MethodPut, scopedFaultsPath(scope), body, &out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -20,7 +20,7 @@ import (
 func routes(t *testing.T, opts ...httpapi.Option) *echo.Echo {
 	t.Helper()
 	logger := testkit.Logger(t)
-	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, demo.NewHandler(nil, nil, nil, logger), logger, opts...)
+	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, demo.NewHandler(nil, nil, nil, logger, time.Now), logger, opts...)
 }
 
 func status(e *echo.Echo, method, path string) int {

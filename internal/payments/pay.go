@@ -133,12 +133,7 @@ func (s *Service) chargeAtProvider(ctx context.Context, a *operation.Attempt[pay
 			return nil
 		}
 	}
-	c, err := s.provider.CreateCharge(ctx, pay.ProviderKey, pay.Amount, pay.Currency, pay.PaymentMethod, map[string]string{
-		"reference":       pay.ID.String(),
-		"order_id":        pay.OrderID.String(),
-		"tenant_id":       pay.TenantID.String(),
-		"idempotency_key": pay.IdempotencyKey,
-	})
+	c, err := s.provider.CreateCharge(ctx, pay.ProviderKey, pay.Amount, pay.Currency, pay.PaymentMethod, chargeMetadata(pay))
 	var rejected *RejectedError
 	switch {
 	case errors.As(err, &rejected) && rejected.Status == http.StatusBadRequest:

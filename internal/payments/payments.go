@@ -108,7 +108,13 @@ var ErrNotFound = errors.New("no such payment or refund")
 
 // ProviderKey derives the idempotency key sent to the provider from our own
 // scope. It is stable across retries and recoveries of one intent and unique
-// across tenants and operations, and it reveals nothing of the client's key.
+// across tenants and operations, and it does not carry the client's key: it
+// is a SHA-256 over the tenant, the operation and the key, which the
+// provider cannot read back (it could only confirm a guess of a guessable
+// key, as with any hash). Nothing else we send carries the client's key
+// either (chargeMetadata, refundMetadata); a provider object leads back to
+// the intent through metadata.reference, our payment or refund id, whose row
+// holds the client's key.
 func ProviderKey(tenantID uuid.UUID, op idempotency.Operation, key idempotency.Key) string {
 	h := sha256.New()
 	h.Write(tenantID[:])
@@ -117,6 +123,29 @@ func ProviderKey(tenantID uuid.UUID, op idempotency.Operation, key idempotency.K
 	h.Write([]byte{0})
 	h.Write([]byte(key))
 	return "oncepay_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// chargeMetadata is the metadata of a charge: our references and nothing a
+// client chose. The provider is another party, with its own logs, dashboards
+// and retention: the client's Idempotency-Key (any visible text the client
+// picked) stays with us, and the provider key already names the intent
+// (docs/SECURITY.md, "What the provider learns").
+func chargeMetadata(p Payment) map[string]string {
+	return map[string]string{
+		"reference": p.ID.String(),
+		"order_id":  p.OrderID.String(),
+		"tenant_id": p.TenantID.String(),
+	}
+}
+
+// refundMetadata is the metadata of a refund: our references, as for a
+// charge (chargeMetadata).
+func refundMetadata(r Refund) map[string]string {
+	return map[string]string{
+		"reference":  r.ID.String(),
+		"payment_id": r.PaymentID.String(),
+		"tenant_id":  r.TenantID.String(),
+	}
 }
 
 // Payment is one attempt to charge an order.

@@ -133,12 +133,7 @@ func (s *Service) refundAtProvider(ctx context.Context, a *operation.Attempt[ref
 		}
 	}
 	if pr == nil {
-		created, err := s.provider.CreateRefund(ctx, ref.ProviderKey, deref(pay.ProviderChargeID), ref.Amount, map[string]string{
-			"reference":       ref.ID.String(),
-			"payment_id":      pay.ID.String(),
-			"tenant_id":       ref.TenantID.String(),
-			"idempotency_key": ref.IdempotencyKey,
-		})
+		created, err := s.provider.CreateRefund(ctx, ref.ProviderKey, deref(pay.ProviderChargeID), ref.Amount, refundMetadata(ref))
 		var rejected *RejectedError
 		switch {
 		case errors.As(err, &rejected):

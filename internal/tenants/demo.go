@@ -2,8 +2,10 @@ package tenants
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,10 +26,25 @@ func DemoTenants() []DemoTenant {
 	}
 }
 
+// demoKeyHashes are the stored forms of the demo keys.
+var demoKeyHashes = func() map[[sha256.Size]byte]bool {
+	m := make(map[[sha256.Size]byte]bool)
+	for _, d := range DemoTenants() {
+		m[HashKey(d.APIKey)] = true
+	}
+	return m
+}()
+
+// isDemoKey reports whether h is the hash of a public demo key.
+func isDemoKey(h [sha256.Size]byte) bool { return demoKeyHashes[h] }
+
 // SeedDemo creates the demo tenants and their keys, and returns the tenants
 // in the order of DemoTenants. It is idempotent itself: running it again
-// (every start in demo mode) changes nothing. Their catalogs belong to the
-// orders feature, which seeds them (orders.Service.SeedCatalog).
+// (every start in demo mode) changes nothing, except that a demo key revoked
+// since (api keys revoke, before serving the database outside demo mode)
+// works again: demo mode is where the public keys work. Their catalogs
+// belong to the orders feature, which seeds them
+// (orders.Service.SeedCatalog).
 func (s *Service) SeedDemo(ctx context.Context) ([]Tenant, error) {
 	var out []Tenant
 	for _, d := range DemoTenants() {
@@ -45,7 +62,14 @@ func (s *Service) SeedDemo(ctx context.Context) ([]Tenant, error) {
 			if err != nil {
 				return err
 			}
-			return insertKey(ctx, tx, t.ID, d.APIKey, s.now())
+			if _, err := insertKey(ctx, tx, t.ID, d.APIKey, s.now()); err != nil {
+				return err
+			}
+			h := HashKey(d.APIKey)
+			if err := dbsqlc.New(tx).APIKeyRenew(ctx, h[:]); err != nil {
+				return fmt.Errorf("renew demo key: %w", err)
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("seed demo tenant %s: %w", d.Slug, err)
@@ -53,4 +77,27 @@ func (s *Service) SeedDemo(ctx context.Context) ([]Tenant, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// LiveDemoKeys returns those of the public demo keys that work in the
+// database now, in the order of DemoTenants: a database seeded in demo mode
+// keeps them until an operator revokes them (api keys revoke), and api serve
+// outside demo mode refuses to start while any works.
+func (s *Service) LiveDemoKeys(ctx context.Context) ([]string, error) {
+	var hashes [][]byte
+	for _, d := range DemoTenants() {
+		h := HashKey(d.APIKey)
+		hashes = append(hashes, h[:])
+	}
+	prefixes, err := dbsqlc.New(s.pool).APIKeyLiveByHashes(ctx, dbsqlc.APIKeyLiveByHashesParams{KeyHashes: hashes, Now: s.now()})
+	if err != nil {
+		return nil, fmt.Errorf("look up demo keys: %w", err)
+	}
+	var live []string
+	for _, d := range DemoTenants() {
+		if slices.Contains(prefixes, d.APIKey[:min(len(d.APIKey), keyPrefixLen)]) {
+			live = append(live, d.APIKey)
+		}
+	}
+	return live, nil
 }

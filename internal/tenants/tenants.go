@@ -43,6 +43,8 @@ type Service struct {
 	pool     *pgxpool.Pool
 	now      func() time.Time
 	cacheTTL time.Duration
+	// demoKeys accepts the public demo keys (demo mode only).
+	demoKeys bool
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]cached
@@ -66,9 +68,18 @@ type ServiceOption func(*Service)
 
 // WithCacheTTL caches successful key lookups for ttl (default
 // DefaultCacheTTL, 30s; 0 disables the cache) to keep a database round trip
-// off every request; a revoked key therefore stays usable for at most ttl.
+// off every request; a revoked key therefore stays usable for at most ttl,
+// and a key never beyond the end that a rotation gave it.
 func WithCacheTTL(ttl time.Duration) ServiceOption {
 	return func(s *Service) { s.cacheTTL = ttl }
+}
+
+// WithDemoKeys accepts the public keys of DemoTenants when accept is true:
+// demo mode (DEMO_MODE=true) only. The default refuses them as unknown
+// before any lookup, whatever the database holds: they are in this
+// repository, so anyone could send them.
+func WithDemoKeys(accept bool) ServiceOption {
+	return func(s *Service) { s.demoKeys = accept }
 }
 
 // NewService returns a Service. It caches verified keys for
@@ -90,6 +101,9 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Tenant, error) 
 		return Tenant{}, ErrUnknownKey
 	}
 	h := HashKey(key)
+	if !s.demoKeys && isDemoKey(h) {
+		return Tenant{}, ErrUnknownKey
+	}
 	now := s.now()
 	s.mu.Lock()
 	c, ok := s.cache[h]
@@ -97,17 +111,21 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Tenant, error) 
 	if ok && now.Before(c.expires) {
 		return c.tenant, nil
 	}
-	row, err := dbsqlc.New(s.pool).TenantGetByAPIKeyHash(ctx, h[:])
+	row, err := dbsqlc.New(s.pool).TenantGetByAPIKeyHash(ctx, dbsqlc.TenantGetByAPIKeyHashParams{KeyHash: h[:], Now: now})
 	if err != nil {
 		return Tenant{}, noRow(err, ErrUnknownKey, "look up api key")
 	}
-	t := tenantFromRow(row)
+	t := Tenant{ID: row.ID, Slug: row.Slug, Name: row.Name}
 	if s.cacheTTL > 0 {
+		expires := now.Add(s.cacheTTL)
+		if row.RevokedAt != nil && row.RevokedAt.Before(expires) {
+			expires = *row.RevokedAt // a rotated key's overlap ends on time
+		}
 		s.mu.Lock()
 		if len(s.cache) >= maxCachedKeys {
 			clear(s.cache) // bounded: keys are few, a flood of them is an attack
 		}
-		s.cache[h] = cached{tenant: t, expires: now.Add(s.cacheTTL)}
+		s.cache[h] = cached{tenant: t, expires: expires}
 		s.mu.Unlock()
 	}
 	return t, nil
@@ -116,19 +134,19 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Tenant, error) 
 // Create makes a tenant with a fresh random API key and returns the key. The
 // key is shown once: only its hash is stored.
 func (s *Service) Create(ctx context.Context, slug, name string) (Tenant, string, error) {
-	var raw [20]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return Tenant{}, "", fmt.Errorf("generate api key: %w", err)
+	key, err := newKey()
+	if err != nil {
+		return Tenant{}, "", err
 	}
-	key := "sk_live_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(raw[:]))
 	var t Tenant
-	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		t, err = insertTenant(ctx, tx, slug, name, s.now())
 		if err != nil {
 			return err
 		}
-		return insertKey(ctx, tx, t.ID, key, s.now())
+		_, err = insertKey(ctx, tx, t.ID, key, s.now())
+		return err
 	})
 	if err != nil {
 		return Tenant{}, "", err
@@ -148,18 +166,37 @@ func insertTenant(ctx context.Context, tx pgx.Tx, slug, name string, now time.Ti
 	return tenantFromRow(row), nil
 }
 
-func insertKey(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, key string, now time.Time) error {
+// newKey returns a fresh random API key: sk_live_ and 160 random bits.
+func newKey() (string, error) {
+	var raw [20]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("generate api key: %w", err)
+	}
+	return "sk_live_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(raw[:])), nil
+}
+
+// keyPrefixLen is how much of a key is stored and shown in the clear: its
+// kind (sk_live_) and four characters, enough to tell a tenant's keys apart.
+const keyPrefixLen = 12
+
+func insertKey(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, key string, now time.Time) (Key, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Key{}, err
+	}
 	h := HashKey(key)
-	err := dbsqlc.New(tx).APIKeyInsert(ctx, dbsqlc.APIKeyInsertParams{
+	k := Key{ID: id, TenantID: tenantID, Prefix: key[:min(len(key), keyPrefixLen)], CreatedAt: now}
+	err = dbsqlc.New(tx).APIKeyInsert(ctx, dbsqlc.APIKeyInsertParams{
+		ID:        k.ID,
 		KeyHash:   h[:],
-		TenantID:  tenantID,
-		KeyPrefix: key[:min(len(key), 12)],
-		CreatedAt: now,
+		TenantID:  k.TenantID,
+		KeyPrefix: k.Prefix,
+		CreatedAt: k.CreatedAt,
 	})
 	if err != nil {
-		return fmt.Errorf("insert api key: %w", err)
+		return Key{}, fmt.Errorf("insert api key: %w", err)
 	}
-	return nil
+	return k, nil
 }
 
 func tenantFromRow(r dbsqlc.Tenant) Tenant { return Tenant{ID: r.ID, Slug: r.Slug, Name: r.Name} }

@@ -141,13 +141,13 @@ func TestCacheTTLZeroDisablesTheCache(t *testing.T) {
 	reachesTheDatabase(t, svc, b.a.APIKey)
 }
 
-// revoke revokes key the way an operator does it today.
+// revoke revokes key the way an operator does it (api keys revoke), on the
+// bundle's clock.
 func (b *testBundle) revoke(t *testing.T, key string) {
 	t.Helper()
-	h := tenants.HashKey(key)
-	tag, err := b.pool.Exec(context.Background(), `UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1`, h[:])
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("revoke key: %v, %d rows", err, tag.RowsAffected())
+	k, err := tenants.NewService(b.pool, b.clock.Now).RevokeKey(context.Background(), key)
+	if err != nil || k.RevokedAt == nil || !k.RevokedAt.Equal(b.clock.Now()) {
+		t.Fatalf("RevokeKey = %+v, %v; want it revoked now", k, err)
 	}
 }
 
@@ -251,7 +251,7 @@ func TestSeedDemoIsIdempotent(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)
 	ctx := context.Background()
-	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0), tenants.WithDemoKeys(true))
 	first, err := svc.SeedDemo(ctx)
 	if err != nil {
 		t.Fatal(err)

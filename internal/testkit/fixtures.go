@@ -63,7 +63,7 @@ func NewTenant(t testing.TB, pool *pgxpool.Pool) Tenant {
 func SeedDemo(t testing.TB, pool *pgxpool.Pool) map[string]Tenant {
 	t.Helper()
 	ctx := context.Background()
-	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0))
+	svc := tenants.NewService(pool, time.Now, tenants.WithCacheTTL(0), tenants.WithDemoKeys(true))
 	if _, err := svc.SeedDemo(ctx); err != nil {
 		t.Fatalf("seed demo tenants: %v", err)
 	}

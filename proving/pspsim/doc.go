@@ -29,7 +29,9 @@
 //   - Fault injection, configured at start and changed at runtime through
 //     /admin/faults: latency, 503s before charging, dropped connections after
 //     charging, hung requests after charging, random declines, and
-//     deterministic one-shot counters so tests can script a failure exactly.
+//     deterministic one-shot counters so tests can script a failure exactly,
+//     globally or for one scope (ScopedFaults: the charges and refunds of
+//     one merchant tenant, named by metadata tenant_id).
 //   - Signed webhooks following the Standard Webhooks specification, delivered
 //     in the background with exponential backoff, optional duplicates and
 //     optional reordering, with several secrets for rotation.

@@ -1,6 +1,7 @@
 package pspsim
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -34,14 +35,18 @@ func (f fate) String() string {
 	}
 }
 
-// drawFate consumes one-shot counters first, then the random rates, and
-// returns the latency to apply. Random numbers are drawn only for non-zero
-// rates so adding a fault does not shift the others' sequences needlessly.
-func (s *Server) drawFate() (fate, time.Duration) {
+// drawFate consumes the one-shot counters of the request's scope first
+// (ScopedFaults), then the global ones, then the random rates, and returns
+// the latency to apply. Random numbers are drawn only for non-zero rates so
+// adding a fault does not shift the others' sequences needlessly.
+func (s *Server) drawFate(scope string) (fate, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := &s.faults
 	latency := time.Duration(f.LatencyMS) * time.Millisecond
+	if got, ok := s.drawScopedLocked(scope); ok {
+		return got, latency
+	}
 	switch {
 	case f.FailNext > 0:
 		f.FailNext--
@@ -89,4 +94,97 @@ func dropConnection(w http.ResponseWriter) {
 		panic(http.ErrAbortHandler)
 	}
 	_ = conn.Close()
+}
+
+// ScopeMetadataKey is the metadata member of a charge or refund that names
+// its scope for ScopedFaults: the merchant's tenant, which oncepay sends
+// with every charge and refund.
+const ScopeMetadataKey = "tenant_id"
+
+// MaxScopes bounds how many scopes may hold armed faults at once, so a
+// client that arms faults under ever new scopes cannot grow the simulator
+// without bound.
+const MaxScopes = 1000
+
+// ScopedFaults are one-shot counters that only the POSTs of one scope meet:
+// those whose metadata[ScopeMetadataKey] is the scope. They let one of
+// several merchants' tenants break its own payments on purpose (the demo's
+// PUT /demo/faults) without breaking the others'. A scope's counters are
+// consumed before the global ones, in the same order (FailNext, DropNext,
+// TimeoutNext); POSTs of other scopes, and POSTs without one, never meet
+// them.
+type ScopedFaults struct {
+	// Scope is the scope the counters belong to, echoed in answers.
+	Scope string `json:"scope"`
+	// FailNext makes the scope's next N POSTs answer 503 before charging.
+	FailNext int `json:"fail_next"`
+	// DropNext makes the scope's next N POSTs charge and then drop the
+	// connection.
+	DropNext int `json:"drop_next"`
+	// TimeoutNext makes the scope's next N POSTs charge and then hang until
+	// the client gives up.
+	TimeoutNext int `json:"timeout_next"`
+}
+
+// armed reports whether any counter is left.
+func (f ScopedFaults) armed() bool { return f.FailNext > 0 || f.DropNext > 0 || f.TimeoutNext > 0 }
+
+// ScopedFaults returns the one-shot counters armed for scope (all zero when
+// none are).
+func (s *Server) ScopedFaults(scope string) ScopedFaults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.scoped[scope]
+	f.Scope = scope
+	return f
+}
+
+// SetScopedFaults replaces the one-shot counters of f.Scope. It fails with
+// ErrInvalidFaults, and changes nothing, for an empty scope, a negative
+// counter, or a new scope beyond MaxScopes.
+func (s *Server) SetScopedFaults(f ScopedFaults) error {
+	if f.Scope == "" {
+		return fmt.Errorf("%w: a scope is required", ErrInvalidFaults)
+	}
+	if f.FailNext < 0 || f.DropNext < 0 || f.TimeoutNext < 0 {
+		return fmt.Errorf("%w: a one-shot counter is negative", ErrInvalidFaults)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !f.armed() {
+		delete(s.scoped, f.Scope)
+		return nil
+	}
+	if _, ok := s.scoped[f.Scope]; !ok && len(s.scoped) >= MaxScopes {
+		return fmt.Errorf("%w: %d scopes hold armed faults already", ErrInvalidFaults, MaxScopes)
+	}
+	s.scoped[f.Scope] = f
+	return nil
+}
+
+// drawScopedLocked consumes one of scope's one-shot counters, if any is
+// armed. s.mu must be held.
+func (s *Server) drawScopedLocked(scope string) (fate, bool) {
+	f, ok := s.scoped[scope]
+	if scope == "" || !ok {
+		return fateNormal, false
+	}
+	var got fate
+	switch {
+	case f.FailNext > 0:
+		f.FailNext--
+		got = fateFail
+	case f.DropNext > 0:
+		f.DropNext--
+		got = fateDrop
+	case f.TimeoutNext > 0:
+		f.TimeoutNext--
+		got = fateTimeout
+	}
+	if f.armed() {
+		s.scoped[scope] = f
+	} else {
+		delete(s.scoped, scope)
+	}
+	return got, got != fateNormal
 }

@@ -40,6 +40,7 @@ type Server struct {
 	webhookURL  string
 	rng         *rand.Rand
 	faults      Faults
+	scoped      map[string]ScopedFaults
 	keys        map[string]*keyEntry
 	lastSweep   time.Time
 	charges     map[string]*Charge
@@ -74,6 +75,7 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time) (*Server, error)
 		webhookURL: cfg.WebhookURL,
 		rng:        rand.New(rand.NewPCG(cfg.Seed, rngStream)),
 		faults:     cfg.Faults,
+		scoped:     make(map[string]ScopedFaults),
 		keys:       make(map[string]*keyEntry),
 		charges:    make(map[string]*Charge),
 		refundByID: make(map[string]*Refund),
@@ -218,7 +220,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		writeResponse(w, key, errorResponse(apiErr))
 		return
 	}
-	s.serveIdempotent(w, r, key, mustJSON(req), func() response { return s.createCharge(key, req) })
+	s.serveIdempotent(w, r, key, req.Metadata[ScopeMetadataKey], mustJSON(req), func() response { return s.createCharge(key, req) })
 }
 
 func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
@@ -236,18 +238,19 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 		writeResponse(w, key, errorResponse(apiErr))
 		return
 	}
-	s.serveIdempotent(w, r, key, mustJSON(req), func() response { return s.createRefund(key, req) })
+	s.serveIdempotent(w, r, key, req.Metadata[ScopeMetadataKey], mustJSON(req), func() response { return s.createRefund(key, req) })
 }
 
 // serveIdempotent runs the fault-injection and idempotency protocol around
 // exec, which records the charge or refund and stores or releases the key.
+// scope is the request's scope for ScopedFaults (empty: none).
 //
 // Order: draw the fate; a 503 fate answers before touching the key; else the
 // key is looked up (replay, 422, 409 or proceed), the latency is applied
 // while a new key is held in flight, exec runs, and the answer is written or,
 // for drop and timeout fates, the connection is closed unanswered.
-func (s *Server) serveIdempotent(w http.ResponseWriter, r *http.Request, key string, canonical []byte, exec func() response) {
-	fate, latency := s.drawFate()
+func (s *Server) serveIdempotent(w http.ResponseWriter, r *http.Request, key, scope string, canonical []byte, exec func() response) {
+	fate, latency := s.drawFate(scope)
 	if fate == fateFail {
 		pause(latency)
 		s.log.Info("fault injected: 503 before processing", "path", r.URL.Path, "idempotency_key", key)
@@ -459,11 +462,24 @@ func (s *Server) handleLedger(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Ledger(r.URL.Query().Get("reference")))
 }
 
-func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
+// handleGetFaults answers the global fault settings, or with ?scope=S the
+// one-shot counters only S's POSTs meet (ScopedFaults).
+func (s *Server) handleGetFaults(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("scope") {
+		writeJSON(w, http.StatusOK, s.ScopedFaults(r.URL.Query().Get("scope")))
+		return
+	}
 	writeJSON(w, http.StatusOK, s.Faults())
 }
 
+// handlePutFaults replaces the global fault settings, or with ?scope=S the
+// one-shot counters of S (a body of ScopedFaults; its scope member, when
+// present, must be S).
 func (s *Server) handlePutFaults(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("scope") {
+		s.putScopedFaults(w, r, r.URL.Query().Get("scope"))
+		return
+	}
 	var f Faults
 	if apiErr := decodeBody(w, r, &f); apiErr != nil {
 		writeResponse(w, "", errorResponse(apiErr))
@@ -477,9 +493,30 @@ func (s *Server) handlePutFaults(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Faults())
 }
 
+func (s *Server) putScopedFaults(w http.ResponseWriter, r *http.Request, scope string) {
+	var f ScopedFaults
+	if apiErr := decodeBody(w, r, &f); apiErr != nil {
+		writeResponse(w, "", errorResponse(apiErr))
+		return
+	}
+	if f.Scope != "" && f.Scope != scope {
+		writeResponse(w, "", errorResponse(invalidRequest("invalid_faults", "scope", "the body's scope differs from the query's")))
+		return
+	}
+	f.Scope = scope
+	if err := s.SetScopedFaults(f); err != nil {
+		writeResponse(w, "", errorResponse(invalidRequest("invalid_faults", "", err.Error())))
+		return
+	}
+	s.log.Info("scoped faults replaced", "faults", f)
+	writeJSON(w, http.StatusOK, s.ScopedFaults(scope))
+}
+
+// handleReset clears every fault setting, global and scoped.
 func (s *Server) handleReset(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	s.faults = Faults{}
+	clear(s.scoped)
 	s.mu.Unlock()
 	s.log.Info("faults cleared")
 	writeJSON(w, http.StatusOK, s.Faults())

@@ -76,13 +76,14 @@ func (b *Bundle) URL() string { return b.Server().ClientURL() }
 // Stop shuts the server down; clients see a disconnect and keep trying.
 func (b *Bundle) Stop() { b.Server().Shutdown() }
 
-// Restart starts the server again on the same port and store directory, so
-// the clients reconnect to it and find their streams and consumers.
+// Restart starts the server again on the same port and store directory, with
+// the same token, so the clients reconnect to it and find their streams and
+// consumers.
 func (b *Bundle) Restart(t testing.TB) {
 	t.Helper()
 	old := b.Server()
 	old.Shutdown()
-	srv, err := broker.StartEmbedded(b.Dir, b.Logger, broker.WithPort(old.Port()))
+	srv, err := broker.StartEmbedded(b.Dir, b.Logger, broker.WithPort(old.Port()), broker.WithToken(old.Token()))
 	if err != nil {
 		t.Fatalf("restart embedded nats on port %d: %v", old.Port(), err)
 	}

@@ -170,6 +170,8 @@ Endpoints:
   GET  /v1/refunds/{id}   fetch a refund
   GET  /v1/ledger         every charge and refund ever created
   GET|PUT /admin/faults   read or replace fault settings
+  GET|PUT /admin/faults?scope=S   one-shot faults only charges and refunds
+                          with metadata tenant_id S meet
   POST /admin/reset       clear fault settings (data is kept)
   GET  /admin/deliveries  webhook delivery counters
   GET  /healthz           liveness

@@ -12,13 +12,64 @@ import (
 	"github.com/google/uuid"
 )
 
+const aPIKeyFind = `-- name: APIKeyFind :many
+SELECT id, tenant_id, key_prefix, created_at, revoked_at
+FROM api_keys
+WHERE id = $1 OR key_hash = $2 OR key_prefix = $3
+ORDER BY created_at, id
+FOR UPDATE
+`
+
+type APIKeyFindParams struct {
+	ID        *uuid.UUID
+	KeyHash   []byte
+	KeyPrefix *string
+}
+
+type APIKeyFindRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	KeyPrefix string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// APIKeyFind returns the keys an operator's reference names: the key's id,
+// the key itself (by its hash), or the prefix that api keys list shows.
+func (q *Queries) APIKeyFind(ctx context.Context, arg APIKeyFindParams) ([]APIKeyFindRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyFind, arg.ID, arg.KeyHash, arg.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []APIKeyFindRow
+	for rows.Next() {
+		var i APIKeyFindRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.KeyPrefix,
+			&i.CreatedAt,
+			&i.RevokedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const aPIKeyInsert = `-- name: APIKeyInsert :exec
-INSERT INTO api_keys (key_hash, tenant_id, key_prefix, created_at)
-VALUES ($1, $2, $3, $4)
+INSERT INTO api_keys (id, key_hash, tenant_id, key_prefix, created_at)
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (key_hash) DO NOTHING
 `
 
 type APIKeyInsertParams struct {
+	ID        uuid.UUID
 	KeyHash   []byte
 	TenantID  uuid.UUID
 	KeyPrefix string
@@ -27,6 +78,7 @@ type APIKeyInsertParams struct {
 
 func (q *Queries) APIKeyInsert(ctx context.Context, arg APIKeyInsertParams) error {
 	_, err := q.db.Exec(ctx, aPIKeyInsert,
+		arg.ID,
 		arg.KeyHash,
 		arg.TenantID,
 		arg.KeyPrefix,
@@ -35,22 +87,173 @@ func (q *Queries) APIKeyInsert(ctx context.Context, arg APIKeyInsertParams) erro
 	return err
 }
 
-const tenantGetByAPIKeyHash = `-- name: TenantGetByAPIKeyHash :one
-SELECT t.id, t.slug, t.name, t.created_at
-FROM api_keys k
-JOIN tenants t ON t.id = k.tenant_id
-WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+const aPIKeyListByTenant = `-- name: APIKeyListByTenant :many
+SELECT id, tenant_id, key_prefix, created_at, revoked_at
+FROM api_keys
+WHERE tenant_id = $1
+ORDER BY created_at, id
 `
 
-// TenantGetByAPIKeyHash returns the tenant owning a live API key.
-func (q *Queries) TenantGetByAPIKeyHash(ctx context.Context, keyHash []byte) (Tenant, error) {
-	row := q.db.QueryRow(ctx, tenantGetByAPIKeyHash, keyHash)
-	var i Tenant
+type APIKeyListByTenantRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	KeyPrefix string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+func (q *Queries) APIKeyListByTenant(ctx context.Context, tenantID uuid.UUID) ([]APIKeyListByTenantRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyListByTenant, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []APIKeyListByTenantRow
+	for rows.Next() {
+		var i APIKeyListByTenantRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.KeyPrefix,
+			&i.CreatedAt,
+			&i.RevokedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const aPIKeyLiveByHashes = `-- name: APIKeyLiveByHashes :many
+SELECT key_prefix
+FROM api_keys
+WHERE key_hash = ANY($1::bytea[]) AND (revoked_at IS NULL OR revoked_at > $2::timestamptz)
+ORDER BY key_prefix
+`
+
+type APIKeyLiveByHashesParams struct {
+	KeyHashes [][]byte
+	Now       time.Time
+}
+
+// APIKeyLiveByHashes returns the prefixes of those of the given keys that
+// work at now.
+func (q *Queries) APIKeyLiveByHashes(ctx context.Context, arg APIKeyLiveByHashesParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, aPIKeyLiveByHashes, arg.KeyHashes, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var key_prefix string
+		if err := rows.Scan(&key_prefix); err != nil {
+			return nil, err
+		}
+		items = append(items, key_prefix)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const aPIKeyRenew = `-- name: APIKeyRenew :exec
+UPDATE api_keys SET revoked_at = NULL WHERE key_hash = $1
+`
+
+// APIKeyRenew makes a key work again, from now on and without end: demo
+// mode's public keys, whatever an earlier production run did to them.
+func (q *Queries) APIKeyRenew(ctx context.Context, keyHash []byte) error {
+	_, err := q.db.Exec(ctx, aPIKeyRenew, keyHash)
+	return err
+}
+
+const aPIKeyRevokeBy = `-- name: APIKeyRevokeBy :many
+UPDATE api_keys
+SET revoked_at = $1::timestamptz
+WHERE tenant_id = $2
+  AND (id = $3 OR $3::uuid IS NULL)
+  AND (revoked_at IS NULL OR revoked_at > $1::timestamptz)
+RETURNING id, tenant_id, key_prefix, created_at, revoked_at
+`
+
+type APIKeyRevokeByParams struct {
+	RevokeAt time.Time
+	TenantID uuid.UUID
+	ID       *uuid.UUID
+}
+
+type APIKeyRevokeByRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	KeyPrefix string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// APIKeyRevokeBy makes the keys it names stop working at revoke_at, or
+// earlier when they already stop earlier: a revocation never extends a key.
+// With id NULL it names every key of the tenant (a rotation).
+func (q *Queries) APIKeyRevokeBy(ctx context.Context, arg APIKeyRevokeByParams) ([]APIKeyRevokeByRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyRevokeBy, arg.RevokeAt, arg.TenantID, arg.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []APIKeyRevokeByRow
+	for rows.Next() {
+		var i APIKeyRevokeByRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.KeyPrefix,
+			&i.CreatedAt,
+			&i.RevokedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tenantGetByAPIKeyHash = `-- name: TenantGetByAPIKeyHash :one
+SELECT t.id, t.slug, t.name, k.revoked_at
+FROM api_keys k
+JOIN tenants t ON t.id = k.tenant_id
+WHERE k.key_hash = $1 AND (k.revoked_at IS NULL OR k.revoked_at > $2::timestamptz)
+`
+
+type TenantGetByAPIKeyHashParams struct {
+	KeyHash []byte
+	Now     time.Time
+}
+
+type TenantGetByAPIKeyHashRow struct {
+	ID        uuid.UUID
+	Slug      string
+	Name      string
+	RevokedAt *time.Time
+}
+
+// TenantGetByAPIKeyHash returns the tenant owning an API key that works at
+// now, and when the key stops working (NULL: never).
+func (q *Queries) TenantGetByAPIKeyHash(ctx context.Context, arg TenantGetByAPIKeyHashParams) (TenantGetByAPIKeyHashRow, error) {
+	row := q.db.QueryRow(ctx, tenantGetByAPIKeyHash, arg.KeyHash, arg.Now)
+	var i TenantGetByAPIKeyHashRow
 	err := row.Scan(
 		&i.ID,
 		&i.Slug,
 		&i.Name,
-		&i.CreatedAt,
+		&i.RevokedAt,
 	)
 	return i, err
 }
