@@ -35,6 +35,7 @@ const (
 	CodePaymentRejected            = "payment_rejected"
 	CodePaymentProviderUnavailable = "payment_provider_unavailable"
 	CodeServiceUnavailable         = "service_unavailable"
+	CodeOverloaded                 = "overloaded"
 	CodeInternal                   = "internal_error"
 )
 

@@ -173,6 +173,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
 		return nil, err
 	}
+	admission := httpapi.NewAdmission(cfg.MaxInFlight, cfg.AdmissionWait, httpapi.WithShedObserver(m.Shed))
+	m.WatchAdmission(admission.InFlight, admission.Limit())
 	a.handler = httpapi.New(pool, m.Handler(),
 		webhooks.NewReceiver(pool, verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
@@ -183,7 +185,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
-		httpapi.WithRequestObserver(m.HTTP))
+		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithAdmission(admission))
 	return a, nil
 }
 

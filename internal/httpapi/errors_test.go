@@ -102,6 +102,7 @@ var statuses = map[problem.Code]int{
 	problem.PaymentRejected:            422,
 	problem.PaymentProviderUnavailable: 503,
 	problem.ServiceUnavailable:         503,
+	problem.Overloaded:                 503,
 	problem.Internal:                   500,
 }
 

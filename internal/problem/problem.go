@@ -47,6 +47,7 @@ const (
 	PaymentRejected            Code = "payment_rejected"
 	PaymentProviderUnavailable Code = "payment_provider_unavailable"
 	ServiceUnavailable         Code = "service_unavailable"
+	Overloaded                 Code = "overloaded"
 	Internal                   Code = "internal_error"
 )
 
@@ -71,6 +72,7 @@ var statuses = map[Code]int{
 	PaymentRejected:            http.StatusUnprocessableEntity,
 	PaymentProviderUnavailable: http.StatusServiceUnavailable,
 	ServiceUnavailable:         http.StatusServiceUnavailable,
+	Overloaded:                 http.StatusServiceUnavailable,
 	Internal:                   http.StatusInternalServerError,
 }
 
