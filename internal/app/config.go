@@ -56,7 +56,7 @@ type Config struct {
 	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
 	ShutdownTimeout time.Duration
 	// MaxInFlight bounds the requests of /v1, /webhooks and /demo worked on
-	// at once (MAX_IN_FLIGHT, default httpapi.DefaultMaxInFlight, 64); one
+	// at once (MAX_IN_FLIGHT, default httpapi.DefaultMaxInFlight, 40: about twice DB_MAX_CONNS); one
 	// more waits up to AdmissionWait for a slot (ADMISSION_WAIT, default
 	// httpapi.DefaultAdmissionWait, 100ms) and then gets 503 overloaded with
 	// Retry-After, before anything is read or done. Probes, /metrics and the

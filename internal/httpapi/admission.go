@@ -11,8 +11,11 @@ import (
 )
 
 // Admission defaults: MAX_IN_FLIGHT and ADMISSION_WAIT (internal/app).
+// DefaultMaxInFlight is twice the default pool (DB_MAX_CONNS, 20): enough
+// to keep every connection busy while payments wait on the provider, few
+// enough that an admitted request waits little for its connection.
 const (
-	DefaultMaxInFlight   = 64
+	DefaultMaxInFlight   = 40
 	DefaultAdmissionWait = 100 * time.Millisecond
 )
 
@@ -34,7 +37,7 @@ func admitted(route string) bool {
 // with the same Idempotency-Key is safe because nothing was done.
 //
 // The limit is of requests, not of connections: the pool (DB_MAX_CONNS)
-// serves the admitted ones, and a limit a few times the pool keeps it busy
+// serves the admitted ones, and a limit about twice the pool keeps it busy
 // while bounding the wait for a connection to limit/throughput.
 type Admission struct {
 	slots    chan struct{}
