@@ -280,6 +280,19 @@ func TestClientErrorsAreNotLoggedAsFailures(t *testing.T) {
 	}
 }
 
+// A shed request is not a failure of the service: under overload there are
+// thousands, and an error line each would only add to the load.
+func TestShedRequestsAreNotLoggedAsFailures(t *testing.T) {
+	t.Parallel()
+	s := serve(t, func(e *echo.Echo) {
+		e.POST("/orders", fail(&problem.Error{Code: problem.Overloaded, Detail: "at capacity", RetryAfter: time.Second}))
+	})
+	testkit.WantProblem(t, s.do(t, http.MethodPost, "/orders", nil), 503, problem.Overloaded)
+	if logs := s.logs.String(); logs != "" {
+		t.Fatalf("a shed request was logged as a failure: %q", logs)
+	}
+}
+
 // Retry-After is sent in whole seconds, rounded up so that a client never
 // retries sooner than the error says, when the error carries one, and not
 // otherwise.
