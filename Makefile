@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run test deps build generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox chaos pg-stop clean
+.PHONY: run test deps build generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -125,6 +125,17 @@ bench: build
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
 	 $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
+
+## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it
+##           offered open loop for OVERLOAD_DURATION (60s), then SOAK (30m) at SOAK_FRACTION (0.5) of it
+##           (docs/RELIABILITY.md, "Overload")
+OVERLOAD_FACTOR ?= 5
+OVERLOAD_DURATION ?= 60s
+SOAK ?= 30m
+SOAK_FRACTION ?= 0.5
+overload:
+	@$(MAKE) --no-print-directory bench BENCH_DURATION=10s \
+	  BENCH_ARGS="--clients 16 --overload $(OVERLOAD_FACTOR) --overload-duration $(OVERLOAD_DURATION) --soak $(SOAK) --soak-fraction $(SOAK_FRACTION) $(BENCH_ARGS)"
 
 ## bench-outbox: outbox burn-down (100,000 events to JetStream) and commit-to-consumed latency at
 ##               200 events/s on a durable private PostgreSQL (docs/BENCHMARKS.md)

@@ -36,6 +36,7 @@ const (
 	CodePaymentProviderUnavailable = "payment_provider_unavailable"
 	CodeServiceUnavailable         = "service_unavailable"
 	CodeRateLimited                = "rate_limited"
+	CodeOverloaded                 = "overloaded"
 	CodeInternal                   = "internal_error"
 )
 

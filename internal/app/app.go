@@ -194,6 +194,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) })); err != nil {
 		return err
 	}
+	admission := httpapi.NewAdmission(cfg.MaxInFlight, cfg.AdmissionWait, httpapi.WithShedObserver(m.Shed))
+	m.WatchAdmission(admission.InFlight, admission.Limit())
 	a.api = httpapi.New(pool, m.Handler(),
 		webhooks.NewReceiver(pool, a.verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
@@ -204,7 +206,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		demo.NewHandler(pool, orderSvc, a.payments, logger, now, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
-		httpapi.WithRequestObserver(m.HTTP))
+		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithAdmission(admission))
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
 	"github.com/oncepay/oncepay/internal/testkit"
@@ -55,6 +56,8 @@ func testConfig(t *testing.T) app.Config {
 		AuthCacheTTL:      time.Minute,
 		ShutdownTimeout:   5 * time.Second,
 		StartupTimeout:    time.Minute,
+		MaxInFlight:       httpapi.DefaultMaxInFlight,
+		AdmissionWait:     httpapi.DefaultAdmissionWait,
 		PSPAPIKey:         testPSPKey,
 		PSPTimeout:        5 * time.Second,
 		PSPWebhookSecrets: []string{app.DemoWebhookSecret},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -59,6 +60,14 @@ type Config struct {
 	// ready; past it, it exits naming what never answered (STARTUP_TIMEOUT,
 	// default 2m). Meanwhile /healthz answers 200 and /readyz 503.
 	StartupTimeout time.Duration
+	// MaxInFlight bounds the requests of /v1, /webhooks and /demo worked on
+	// at once (MAX_IN_FLIGHT, default httpapi.DefaultMaxInFlight, 40: about twice DB_MAX_CONNS); one
+	// more waits up to AdmissionWait for a slot (ADMISSION_WAIT, default
+	// httpapi.DefaultAdmissionWait, 100ms) and then gets 503 overloaded with
+	// Retry-After, before anything is read or done. Probes, /metrics and the
+	// operator's endpoints are never shed.
+	MaxInFlight   int
+	AdmissionWait time.Duration
 
 	// PSPURL is the payment provider's base URL (PSP_URL; `api serve`
 	// refuses to start without it, see CheckServe). The service never runs a
@@ -177,6 +186,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		AuthCacheTTL:     r.duration("AUTH_CACHE_TTL", tenants.DefaultCacheTTL),
 		ShutdownTimeout:  r.duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		StartupTimeout:   r.duration("STARTUP_TIMEOUT", DefaultStartupTimeout),
+		MaxInFlight:      r.integer("MAX_IN_FLIGHT", httpapi.DefaultMaxInFlight, 1, 100_000),
+		AdmissionWait:    r.duration("ADMISSION_WAIT", httpapi.DefaultAdmissionWait),
 
 		PSPURL:                getenv("PSP_URL"),
 		PSPAPIKey:             getenv("PSP_API_KEY"),

@@ -23,7 +23,10 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		pe := toProblem(err)
 		status := problem.Status(pe.Code)
-		if status >= 500 {
+		// A shed request is the service working as designed, counted in
+		// oncepay_http_shed_total: one error line each would add to the
+		// load exactly when there is too much of it.
+		if status >= 500 && pe.Code != problem.Overloaded {
 			logger.ErrorContext(c.Request().Context(), "request failed",
 				"error", err.Error(),
 				"request_id", c.Response().Header().Get(echo.HeaderXRequestID),

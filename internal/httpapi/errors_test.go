@@ -103,6 +103,7 @@ var statuses = map[problem.Code]int{
 	problem.PaymentProviderUnavailable: 503,
 	problem.ServiceUnavailable:         503,
 	problem.RateLimited:                429,
+	problem.Overloaded:                 503,
 	problem.Internal:                   500,
 }
 
@@ -277,6 +278,19 @@ func TestClientErrorsAreNotLoggedAsFailures(t *testing.T) {
 	testkit.WantProblem(t, s.do(t, http.MethodPost, "/orders", nil), 422, problem.ValidationFailed)
 	if logs := s.logs.String(); logs != "" {
 		t.Fatalf("a 422 was logged: %q", logs)
+	}
+}
+
+// A shed request is not a failure of the service: under overload there are
+// thousands, and an error line each would only add to the load.
+func TestShedRequestsAreNotLoggedAsFailures(t *testing.T) {
+	t.Parallel()
+	s := serve(t, func(e *echo.Echo) {
+		e.POST("/orders", fail(&problem.Error{Code: problem.Overloaded, Detail: "at capacity", RetryAfter: time.Second}))
+	})
+	testkit.WantProblem(t, s.do(t, http.MethodPost, "/orders", nil), 503, problem.Overloaded)
+	if logs := s.logs.String(); logs != "" {
+		t.Fatalf("a shed request was logged as a failure: %q", logs)
 	}
 }
 

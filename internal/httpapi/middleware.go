@@ -76,7 +76,10 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 				attrs = append(attrs, slog.String("code", string(problem.CodeOf(err))))
 			}
 			level := slog.LevelInfo
-			if res.Status >= 500 {
+			switch {
+			case err != nil && problem.CodeOf(err) == problem.Overloaded:
+				level = slog.LevelWarn // shed by design (admission.go), not a failure
+			case res.Status >= 500:
 				level = slog.LevelError
 			}
 			logger.LogAttrs(req.Context(), level, "request", attrs...)

@@ -33,6 +33,7 @@ type options struct {
 	outboxAdmin *outbox.AdminHandler
 	adminToken  string
 	observe     func(method, route string, status int, d time.Duration)
+	admission   *Admission
 }
 
 // WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
@@ -54,6 +55,16 @@ func WithRequestObserver(fn func(method, route string, status int, d time.Durati
 	}
 }
 
+// WithAdmission bounds the requests worked on at once with a (default:
+// NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait)).
+func WithAdmission(a *Admission) Option {
+	return func(o *options) {
+		if a != nil {
+			o.admission = a
+		}
+	}
+}
+
 // New returns the service's HTTP handler. Its collaborators come in the
 // order the routes below use them: pool answers /readyz, metrics serves
 // /metrics, receiver the provider's webhooks, tenantSvc authenticates the
@@ -63,7 +74,10 @@ func WithRequestObserver(fn func(method, route string, status int, d time.Durati
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
-	o := options{observe: func(string, string, int, time.Duration) {}}
+	o := options{
+		observe:   func(string, string, int, time.Duration) {},
+		admission: NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait),
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -79,6 +93,10 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		requestLogger(logger, o.observe),
 		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
+		// Past capacity, shed at once, before the key check and the body
+		// (admission.go); inside the logger, so a shed request is logged
+		// and counted like any other.
+		o.admission.middleware,
 	)
 	// Request bodies are bounded where they are read: wire.ReadBody.
 

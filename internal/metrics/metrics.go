@@ -30,6 +30,7 @@ type Metrics struct {
 	sweeperStuck    prometheus.Gauge
 	publishAttempts *prometheus.CounterVec
 	consumed        *prometheus.CounterVec
+	shed            prometheus.Counter
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -74,12 +75,16 @@ func New() *Metrics {
 			Name: "oncepay_consumer_messages_total",
 			Help: "Messages handled by consumers and committed, by subscriber and result: processed (the effect was applied) or duplicate (the inbox already held the message id; acked, nothing applied).",
 		}, []string{"subscriber", "result"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_http_shed_total",
+			Help: "Requests answered 503 overloaded because MAX_IN_FLIGHT requests were being worked on and no slot freed within ADMISSION_WAIT (oncepay_http_request_duration_seconds has them by route).",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.idempotency, m.httpDuration, m.providerCalls, m.webhooks, m.webhookResults,
-		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed,
+		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed, m.shed,
 	)
 	return m
 }
@@ -135,6 +140,27 @@ func (m *Metrics) Declare(k Known) {
 			m.consumed.WithLabelValues(sub, r)
 		}
 	}
+}
+
+// Shed counts a request answered 503 overloaded; route is its template,
+// kept out of the labels (the request histogram has it).
+func (m *Metrics) Shed(string) { m.shed.Inc() }
+
+// WatchAdmission exports the requests in flight (inFlight, read at each
+// scrape) and the limit they are held to.
+func (m *Metrics) WatchAdmission(inFlight func() int64, limit int) {
+	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "oncepay_http_requests_in_flight_limit",
+		Help: "MAX_IN_FLIGHT: the requests admitted at once; more wait up to ADMISSION_WAIT, then get 503 overloaded.",
+	})
+	limitGauge.Set(float64(limit))
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_http_requests_in_flight",
+			Help: "Requests of /v1, /webhooks and /demo being worked on now (at most oncepay_http_requests_in_flight_limit).",
+		}, func() float64 { return float64(inFlight()) }),
+		limitGauge,
+	)
 }
 
 // Handler serves the registry in the Prometheus exposition format.

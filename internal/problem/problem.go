@@ -48,6 +48,7 @@ const (
 	PaymentProviderUnavailable Code = "payment_provider_unavailable"
 	ServiceUnavailable         Code = "service_unavailable"
 	RateLimited                Code = "rate_limited"
+	Overloaded                 Code = "overloaded"
 	Internal                   Code = "internal_error"
 )
 
@@ -73,6 +74,7 @@ var statuses = map[Code]int{
 	PaymentProviderUnavailable: http.StatusServiceUnavailable,
 	ServiceUnavailable:         http.StatusServiceUnavailable,
 	RateLimited:                http.StatusTooManyRequests,
+	Overloaded:                 http.StatusServiceUnavailable,
 	Internal:                   http.StatusInternalServerError,
 }
 

@@ -87,6 +87,14 @@ type config struct {
 	sweepRecords int
 	sweepBatch   int
 	sweepDuty    float64
+	// overload > 0 offers that multiple of the measured create throughput,
+	// open loop, for overloadFor; soak > 0 offers soakFraction of it for
+	// soak. Either replaces the scenarios (overload.go).
+	overload     float64
+	overloadFor  time.Duration
+	soak         time.Duration
+	soakFraction float64
+	verifyKeys   int
 }
 
 // parseFlags reads the command line; defaults come from getenv where the
@@ -115,6 +123,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.IntVar(&c.sweepRecords, "sweep-records", 0, "instead of the scenarios: seed this many expired records per round and compare create while the sweeper deletes them all with create alone (e.g. 1000000)")
 	fs.IntVar(&c.sweepBatch, "sweep-batch", retention.DefaultBatchSize, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
 	fs.Float64Var(&c.sweepDuty, "sweep-duty", retention.DefaultDutyCycle, "share of the time the sweep comparison's sweeper spends deleting (the service's SWEEP_DUTY_CYCLE; 1: no pauses)")
+	fs.Float64Var(&c.overload, "overload", 0, "instead of the scenarios: measure create throughput closed loop at the largest --clients, then offer this multiple of it open loop for --overload-duration (e.g. 5)")
+	fs.DurationVar(&c.overloadFor, "overload-duration", time.Minute, "how long --overload offers its load")
+	fs.DurationVar(&c.soak, "soak", 0, "instead of the scenarios (after --overload if given): offer --soak-fraction of the measured create throughput open loop for this long (e.g. 30m)")
+	fs.Float64Var(&c.soakFraction, "soak-fraction", 0.5, "share of the measured create throughput a --soak offers")
+	fs.IntVar(&c.verifyKeys, "verify-keys", 1000, "after --overload, repeat up to this many created and this many shed keys to check exactly once")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -160,8 +173,23 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	case c.sweepDuty <= 0 || c.sweepDuty > 1:
 		return config{}, errors.New("--sweep-duty must be in (0, 1]")
 	}
+	switch {
+	case c.overload < 0, c.overload > 0 && c.overload < 1:
+		return config{}, errors.New("--overload must be 0 or a multiple of at least 1")
+	case c.soak < 0:
+		return config{}, errors.New("--soak must not be negative")
+	case c.soakFraction <= 0 || c.soakFraction > 1:
+		return config{}, errors.New("--soak-fraction must be in (0, 1]")
+	case (c.overload > 0 || c.soak > 0) && c.sweepRecords > 0:
+		return config{}, errors.New("--overload and --soak do not combine with --sweep-records")
+	case (c.overload > 0 || c.soak > 0) && c.load.requests > 0:
+		return config{}, errors.New("--overload and --soak measure capacity for --duration: drop --requests")
+	}
 	if c.sweepRecords > 0 {
 		c.scenarios = []string{scenarioCreate, scenarioCreateSweeping}
+	}
+	if c.overload > 0 || c.soak > 0 {
+		c.scenarios = []string{scenarioCreate}
 	}
 	return c, nil
 }
@@ -199,7 +227,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	maxClients := slices.Max(cfg.clients)
-	api, err := newAPIClient(cfg.api, cfg.apiKey, 2*maxClients)
+	idle := 2 * maxClients
+	if cfg.overload > 0 || cfg.soak > 0 {
+		idle = 1024 // open loop: as many connections as requests at once
+	}
+	api, err := newAPIClient(cfg.api, cfg.apiKey, idle)
 	if err != nil {
 		return err
 	}
@@ -258,6 +290,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 
 	probe := cpuProbe{apiPID: cfg.apiPID, pgPID: cfg.pgPID}
+	if cfg.overload > 0 || cfg.soak > 0 {
+		return runOpenLoops(ctx, cfg, api, probe, stdout)
+	}
 	var errs errorLog
 	var results []result
 	var sweep *sweepBench
