@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/fulfillment"
@@ -134,7 +135,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	ops := operation.NewRunner(pool, idem, logger,
 		operation.WithWriteTimeout(cfg.WriteTimeout),
 		operation.WithAfterCommit(a.events.Committed),
-		operation.WithHooks(o.operationHooks))
+		operation.WithHooks(o.operationHooks),
+		operation.WithRecoveryBound(recoveryBound(cfg)))
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
@@ -150,6 +152,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
+	m.WatchAttention(func(ctx context.Context) (map[string]int64, error) { return openAttention(ctx, pool) })
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
 		return nil, err
 	}
@@ -183,6 +186,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
+		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP))
 	return a, nil
 }
@@ -204,6 +208,9 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		PublishResults:    outbox.AttemptResults(),
 		Consumers:         map[string][]string{fulfillment.Subscriber: {consumedProcessed, consumedDuplicate}},
 	}
+	for _, r := range attention.Reasons() {
+		k.AttentionReasons = append(k.AttentionReasons, string(r))
+	}
 	for _, s := range specs {
 		k.Operations = append(k.Operations, string(s.Name))
 	}
@@ -211,6 +218,25 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		k.Outcomes = append(k.Outcomes, string(o))
 	}
 	return k
+}
+
+// recoveryBound is the recoverer's bound of cfg.
+func recoveryBound(cfg Config) operation.RecoveryBound {
+	return operation.RecoveryBound{MaxAttempts: cfg.RecovererMaxAttempts, Backoff: cfg.RecovererBackoff, MaxBackoff: cfg.RecovererBackoffMax}
+}
+
+// openAttention counts the open items of the needs-attention queue by
+// reason, for the metrics.
+func openAttention(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	counts, err := attention.OpenCounts(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(counts))
+	for r, n := range counts {
+		out[string(r)] = n
+	}
+	return out, nil
 }
 
 // startEvents connects the broker (embedding one unless NATS_URL is set),
