@@ -273,6 +273,7 @@ func TestClientNeverRetriesADefiniteAnswer(t *testing.T) {
 		{402, "card_declined", true},
 		{409, "order_already_paid", true},
 		{409, "payment_not_refundable", false},
+		{409, "awaiting_operator", false}, // only an operator moves it on
 		{422, "refund_exceeds_payment", false},
 		{400, "idempotency_key_invalid", false},
 		{404, "not_found", false},

@@ -15,7 +15,11 @@
 // exponentially with jitter up to a cap; the number of attempts is bounded
 // ([WithMaxAttempts]) and the caller's context bounds the whole call. A
 // definite answer is never retried: 2xx, and every other 4xx, such as
-// 402 card_declined or 422 idempotency_key_reused. (Go's http.Transport may
+// 402 card_declined or 422 idempotency_key_reused. Nor is
+// 409 awaiting_operator: the attempt is held until an operator has looked at
+// it, so a retry would get the same answer; the same key, later, gets the
+// attempt's outcome once an operator released it, and a new key would be a
+// new intent. (Go's http.Transport may
 // also re-send a request that carries an Idempotency-Key once when a reused
 // connection fails; that re-send has the same key too, and is not counted in
 // Meta.Attempts or reported to OnRetry.)

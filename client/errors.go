@@ -21,6 +21,7 @@ const (
 	CodeIdempotencyKeyInvalid      = "idempotency_key_invalid"
 	CodeIdempotencyKeyReused       = "idempotency_key_reused"
 	CodeRequestInProgress          = "request_in_progress"
+	CodeAwaitingOperator           = "awaiting_operator"
 	CodeInvalidJSON                = "invalid_json"
 	CodeValidationFailed           = "validation_failed"
 	CodeRequestTooLarge            = "request_too_large"
@@ -119,7 +120,9 @@ func IsCode(err error, code string) bool {
 // succeed later: a network failure, a 5xx, 409 request_in_progress, or a
 // context that ended first. It is false for a definite answer, such as
 // card_declined or idempotency_key_reused, which a retry would only replay,
-// and for a mistake of the caller found before anything was sent.
+// for 409 awaiting_operator, which no retry moves on before an operator
+// has released the attempt, and for a mistake of the caller found before
+// anything was sent.
 func Retryable(err error) bool {
 	if err == nil {
 		return false

@@ -7,6 +7,8 @@
 //	api keys revoke KEY-PREFIX-OR-ID...    revoke API keys
 //	api sweep [--once]                     delete expired records
 //	api outbox stuck|retry ID|replay ID    operate the outbox
+//	api attention list|show ID|resolve ID  operate the needs-attention queue
+//	api idempotency show ...               show one idempotency record
 //	api version                            print the build version
 //
 // "api --help" lists the commands, "api <command> --help" (or "api help
@@ -71,6 +73,12 @@ Commands:
   outbox stuck [--limit N]            list the events the dispatcher gave up on (all tenants)
   outbox retry <event-id>             make a stuck or backing-off event due now
   outbox replay <event-id>            publish an event again with its original id (consumers ignore it)
+  attention list [--resolved]         list what needs a person: held attempts, webhooks about other money
+  attention show <id>                 show one attention item
+  attention resolve <id> --retry|--close --note TEXT
+                                      resolve an item: try its held attempt again, or record it settled
+  idempotency show --tenant SLUG --operation OP --key KEY [--body]
+                                      show one idempotency record and its attention status
   version                             print the build version
   help [command]                      show this text, or a command's
 
@@ -122,7 +130,10 @@ Environment (default in brackets; the README lists every variable):
   OUTBOX_DISPATCHER, FULFILLMENT_CONSUMER
                         run these workers in this process [true]
   SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]
-  ADMIN_TOKEN           bearer token of /admin/outbox/... [empty: not routed]
+  ADMIN_TOKEN           bearer token of /admin/outbox/... and /admin/attention [empty: not routed]
+  RECOVERER_MAX_ATTEMPTS, RECOVERER_BACKOFF, RECOVERER_BACKOFF_MAX
+                        recoveries of an attempt without an outcome before it is held
+                        for an operator, and the wait between them [10, 30s doubling to 15m]
 
 Endpoints: /v1/... (the API, described by GET /openapi.yaml), /webhooks/psp,
 /healthz, /readyz, /metrics (Prometheus), and the demo UI at /.
@@ -231,6 +242,54 @@ is empty, finds the running API's embedded NATS server and its token through
 NATS_STORE_DIR [.data/nats] (run it as the user that runs api serve: only that
 user may read the token).
 `,
+	"attention": `Usage: api attention list [--resolved] [--limit N] | show <id> |
+       resolve <id> --retry|--close --note TEXT
+
+Operate the needs-attention queue, across all tenants: what no retry can
+settle and a person has to look at. An item is raised, in the same
+transaction as what caused it, for
+  - a payment or refund attempt whose provider record is about other money
+    (reason mismatch): the attempt is held, and its client's retry answers
+    409 awaiting_operator without running anything;
+  - an attempt still without an outcome after RECOVERER_MAX_ATTEMPTS
+    recoveries (reason recovery_exhausted): held the same way;
+  - a provider webhook about other money (reason mismatch): never applied,
+    set aside with its receipt marked processed.
+The metric oncepay_attention_open_items counts the open ones by reason. With
+ADMIN_TOKEN set, the running API shows the same under GET /admin/attention.
+
+  list [--resolved] [--limit N]   the open items, oldest first (or the resolved
+                                  ones, newest first); at most N, default 50
+  show <id>                       one item: what was found, its attempt or webhook,
+                                  the payment or refund, its resolution
+  resolve <id> --retry --note T   release the item's held attempt for another try
+                                  with a fresh bound of recoveries: its client's retry
+                                  or the recoverer resumes it from its recovery point
+                                  (for an outage that is over, or a provider record
+                                  corrected at the provider)
+  resolve <id> --close --note T   record that it was settled outside the service (the
+                                  odd charge refunded at the provider by hand, say). A
+                                  held attempt stays held: its client keeps getting
+                                  409 awaiting_operator
+
+Environment: DATABASE_URL (required).
+`,
+	"idempotency": `Usage: api idempotency show --tenant SLUG --operation OP --key KEY [--body]
+
+Show the idempotency record of one request: its state (pending, completed,
+failed), recovery point, lease, the recoverer's count and backoff, request
+fingerprint, the resource it made, its stored response's status and expiry,
+and its attention items (a held attempt has an open one). The stored response
+body is printed only with --body: it may hold a customer's data.
+
+Flags:
+  --tenant SLUG     the tenant's slug (required)
+  --operation OP    orders.create, payments.create or refunds.create (required)
+  --key KEY         the Idempotency-Key the client sent (required)
+  --body            print the stored response body too
+
+Environment: DATABASE_URL (required).
+`,
 	"version": `Usage: api version
 
 Print the module version and the VCS revision the binary was built from.
@@ -278,6 +337,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return sweep(ctx, args, getenv, stdout, stderr)
 	case "outbox":
 		return outboxCmd(ctx, args, getenv, stdout, stderr)
+	case "attention":
+		return attentionCmd(ctx, args, getenv, stdout, stderr)
+	case "idempotency":
+		return idempotencyCmd(ctx, args, getenv, stdout, stderr)
 	case "version":
 		if len(args) > 0 {
 			return fmt.Errorf("%w: version takes no arguments", errUsage)

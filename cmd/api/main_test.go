@@ -112,6 +112,9 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{[]string{"outbox", "stuck", "-h"}, []string{"Usage: api outbox"}},
 		{[]string{"keys", "--help"}, []string{"Usage: api keys create", "list", "revoke", "rotate", "--overlap", "AUTH_CACHE_TTL", "shown once"}},
 		{[]string{"keys", "rotate", "--help"}, []string{"Usage: api keys"}},
+		{[]string{"attention", "--help"}, []string{"Usage: api attention", "list", "show", "resolve", "--retry", "--close", "awaiting_operator", "oncepay_attention_open_items"}},
+		{[]string{"attention", "resolve", "--help"}, []string{"Usage: api attention"}},
+		{[]string{"idempotency", "--help"}, []string{"Usage: api idempotency show", "--tenant", "--operation", "--key", "--body"}},
 		{[]string{"version", "--help"}, []string{"Usage: api version"}},
 		{[]string{"help", "sweep"}, []string{"Usage: api sweep"}},
 		{[]string{"help"}, []string{"Usage: api <command>", "api <command> --help", "outbox replay", "tenants create", "keys rotate"}},
@@ -369,6 +372,7 @@ func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
 		{"keys", "rotate", "--tenant", "hooli"},
 		{"sweep", "--once"},
 		{"outbox", "stuck"},
+		{"attention", "list"},
 		{"migrate", "version"},
 	} {
 		var out bytes.Buffer
@@ -527,5 +531,127 @@ func TestServeRefusesLiveDemoKeysOutsideDemoMode(t *testing.T) {
 		if r := call(t, "GET", "http://"+addr+"/v1/products", d, "", ""); r.status != http.StatusUnauthorized {
 			t.Errorf("demo key %s outside demo mode: %d %s, want 401", d, r.status, r.body)
 		}
+	}
+}
+
+// The operator's commands of the needs-attention queue and of idempotency
+// records: list, show and resolve an item (trying a held attempt again
+// releases its record), and show a record with its attention status, its
+// stored body only when asked.
+func TestAttentionAndIdempotencyCommands(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	e := env(map[string]string{"DATABASE_URL": url, "LOG_LEVEL": "warn"})
+	ctx := context.Background()
+	runOut := func(args ...string) (string, error) {
+		t.Helper()
+		var out bytes.Buffer
+		err := run(ctx, args, e, &out, io.Discard)
+		return out.String(), err
+	}
+	if out, err := runOut("tenants", "create", "--slug", "initech"); err != nil {
+		t.Fatalf("tenants create: %v %q", err, out)
+	}
+	pool, err := postgres.Open(ctx, url, postgres.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// A payment attempt held for an operator, with its item, as a step that
+	// found a charge for other money leaves them; a finished order; a
+	// webhook set aside.
+	const itemID, hookItemID, paymentID = "01a23100-0000-7000-8000-000000000001", "01a23100-0000-7000-8000-000000000002", "01a23100-0000-7000-8000-0000000000aa"
+	if _, err := pool.Exec(ctx, `
+		WITH t AS (SELECT id FROM tenants WHERE slug = 'initech')
+		INSERT INTO api_idempotency (tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until,
+			request_id, resource_type, resource_id, created_at, updated_at, expires_at, held_at)
+		SELECT t.id, 'payments.create', 'pay-odd', sha256('x'), 'pending', 'payment_created', NULL::timestamptz,
+			'req-1', 'payment', $1::uuid, now(), now(), now() + interval '45 days', now() FROM t
+		UNION ALL
+		SELECT t.id, 'orders.create', 'order-1', sha256('y'), 'pending', 'started', NULL,
+			'req-2', NULL, NULL::uuid, now(), now(), now() + interval '7 days', NULL::timestamptz FROM t`, paymentID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		UPDATE api_idempotency SET state = 'completed', recovery_point = 'finished', status_code = 201,
+			response_headers = '{"Content-Type":"application/json"}', response_body = '{"secret":"customer data"}'
+		WHERE idempotency_key = 'order-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO attention_items (id, reason, detail, tenant_id, operation, idempotency_key, delivery_id, resource_type, resource_id, raised_at)
+		SELECT $1::uuid, 'mismatch', 'charge ch_1 is 1 EUR, payment is 5800 EUR', id, 'payments.create', 'pay-odd', NULL, 'payment', $3::uuid, now() FROM tenants WHERE slug = 'initech'
+		UNION ALL
+		SELECT $2::uuid, 'mismatch', 'webhook msg_1: other money', id, NULL, NULL, 'msg_1', 'payment', $3::uuid, now() FROM tenants WHERE slug = 'initech'`,
+		itemID, hookItemID, paymentID); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runOut("attention", "list")
+	if err != nil || !strings.Contains(out, itemID+" open mismatch") || !strings.Contains(out, `key="pay-odd"`) ||
+		!strings.Contains(out, "webhook=msg_1") || !strings.Contains(out, "2 open") {
+		t.Fatalf("attention list: %v %q", err, out)
+	}
+	if out, err = runOut("attention", "show", itemID); err != nil || !strings.Contains(out, "charge ch_1 is 1 EUR") || !strings.Contains(out, "payment:") {
+		t.Fatalf("attention show: %v %q", err, out)
+	}
+	out, err = runOut("idempotency", "show", "--tenant", "initech", "--operation", "payments.create", "--key", "pay-odd")
+	for _, w := range []string{"state:          pending", "recovery point: payment_created", "held for an operator", "resource:       payment " + paymentID,
+		"attention:      " + itemID + " open mismatch", "fingerprint:"} {
+		if err != nil || !strings.Contains(out, w) {
+			t.Fatalf("idempotency show of the held attempt: %v, want %q in %q", err, w, out)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"attention", "resolve", itemID, "--retry"},                           // no note
+		{"attention", "resolve", itemID, "--retry", "--close", "--note", "x"}, // both
+		{"attention", "resolve", "nope", "--close", "--note", "x"},
+		{"attention", "frob"},
+		{"idempotency", "show", "--tenant", "initech", "--operation", "payments.create"},
+		{"idempotency", "show", "--tenant", "initech", "--operation", "nope.create", "--key", "k"},
+	} {
+		if _, err := runOut(args...); !errors.Is(err, errUsage) {
+			t.Errorf("api %s: %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+	if _, err := runOut("attention", "resolve", hookItemID, "--retry", "--note", "x"); err == nil || !strings.Contains(err.Error(), "no held attempt") {
+		t.Fatalf("retrying a webhook's item: %v", err)
+	}
+	if out, err = runOut("attention", "resolve", itemID, "--retry", "--note", "provider corrected its record"); err != nil || !strings.Contains(out, "released for another try") {
+		t.Fatalf("attention resolve --retry: %v %q", err, out)
+	}
+	var held bool
+	var recoveries int
+	if err := pool.QueryRow(ctx, `SELECT held_at IS NOT NULL, recoveries FROM api_idempotency WHERE idempotency_key = 'pay-odd'`).Scan(&held, &recoveries); err != nil || held || recoveries != 0 {
+		t.Fatalf("after the release: held %v, recoveries %d, %v; want released with 0", held, recoveries, err)
+	}
+	if _, err := runOut("attention", "resolve", itemID, "--close", "--note", "again"); err == nil || !strings.Contains(err.Error(), "resolved already") {
+		t.Fatalf("resolving twice: %v", err)
+	}
+	if out, err = runOut("attention", "list", "--resolved"); err != nil || !strings.Contains(out, itemID+" resolved") || !strings.Contains(out, "1 resolved") {
+		t.Fatalf("attention list --resolved: %v %q", err, out)
+	}
+	if out, err = runOut("attention", "show", itemID); err != nil || !strings.Contains(out, "(retried)") || !strings.Contains(out, "provider corrected its record") {
+		t.Fatalf("attention show of the resolved item: %v %q", err, out)
+	}
+	if _, err := runOut("attention", "show", "01a23100-0000-7000-8000-0000000000ff"); err == nil || !strings.Contains(err.Error(), "no attention item") {
+		t.Fatalf("show of an unknown item: %v", err)
+	}
+
+	// The body only with --body.
+	out, err = runOut("idempotency", "show", "--tenant", "initech", "--operation", "orders.create", "--key", "order-1")
+	if err != nil || !strings.Contains(out, "state:          completed") || !strings.Contains(out, "response:       201 application/json") ||
+		!strings.Contains(out, "attention:      none") || strings.Contains(out, "customer data") {
+		t.Fatalf("idempotency show: %v %q", err, out)
+	}
+	if out, err = runOut("idempotency", "show", "--tenant", "initech", "--operation", "orders.create", "--key", "order-1", "--body"); err != nil || !strings.Contains(out, `{"secret":"customer data"}`) {
+		t.Fatalf("idempotency show --body: %v %q", err, out)
+	}
+	if _, err := runOut("idempotency", "show", "--tenant", "initech", "--operation", "orders.create", "--key", "never"); err == nil || !strings.Contains(err.Error(), "no idempotency record") {
+		t.Fatalf("show of an unknown key: %v", err)
+	}
+	if _, err := runOut("idempotency", "show", "--tenant", "nobody", "--operation", "orders.create", "--key", "order-1"); err == nil || !strings.Contains(err.Error(), `no tenant "nobody"`) {
+		t.Fatalf("show in an unknown tenant: %v", err)
 	}
 }

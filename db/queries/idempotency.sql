@@ -24,38 +24,44 @@ WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
 
 -- name: IdempotencyFinish :execrows
 -- IdempotencyFinish stores the final outcome of a pending record. A record
--- that is already final is never overwritten: it reports no row.
+-- that is already final is never overwritten, and a held one is not
+-- finished behind the operator's back: both report no row.
 UPDATE api_idempotency
 SET state = @state, recovery_point = 'finished', locked_until = NULL,
     status_code = @status_code, response_headers = @response_headers, response_body = @response_body,
     resource_type = @resource_type, resource_id = @resource_id,
     updated_at = @now, expires_at = @expires_at
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending';
+  AND state = 'pending' AND held_at IS NULL;
 
 -- name: IdempotencyCheckpoint :exec
 -- IdempotencyCheckpoint records a recovery point (and the resource it made)
--- and sets the lease of a pending record; a finished record is left alone.
+-- and sets the lease of a pending record; a finished or held record is left
+-- alone.
 UPDATE api_idempotency
 SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
     resource_type = coalesce(sqlc.narg(resource_type), resource_type),
     resource_id = coalesce(sqlc.narg(resource_id), resource_id)
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending';
+  AND state = 'pending' AND held_at IS NULL;
 
 -- name: IdempotencyClaimExpired :many
 -- IdempotencyClaimExpired takes over pending records of the given operations
 -- whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
 -- lets several recoverers run at once without waiting on each other; the
--- renewed lease keeps the others away after commit.
+-- renewed lease keeps the others away after commit. A held record (no lease)
+-- is an operator's, never the recoverer's, and one whose backoff has not
+-- run out yet is not due. Each take-over counts one recovery; the caller
+-- sets the next backoff (IdempotencySetNextRecovery).
 WITH expired AS (
     SELECT tenant_id, operation, idempotency_key FROM api_idempotency
     WHERE state = 'pending' AND operation = ANY(@operations::text[]) AND locked_until < @now
+      AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= @now)
     ORDER BY locked_until
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
 )
-UPDATE api_idempotency a SET locked_until = @locked_until, updated_at = @now
+UPDATE api_idempotency a SET locked_until = @locked_until, updated_at = @now, recoveries = a.recoveries + 1
 FROM expired e
 WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
 RETURNING a.*;
@@ -80,3 +86,29 @@ WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_
 -- IdempotencyCountStuck counts pending idempotency records whose lease ran
 -- out before cutoff: operations nobody has settled for a long time.
 SELECT count(*) FROM api_idempotency WHERE state = 'pending' AND locked_until < @cutoff::timestamptz;
+
+-- name: IdempotencyHold :exec
+-- IdempotencyHold holds a pending record for an operator: it keeps its
+-- recovery point and loses its lease, so nobody resumes it until an
+-- operator releases it.
+UPDATE api_idempotency
+SET held_at = @now::timestamptz, locked_until = NULL, updated_at = @now::timestamptz
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending' AND held_at IS NULL;
+
+-- name: IdempotencyUnhold :one
+-- IdempotencyUnhold releases a held record for another try (an operator's
+-- decision): due at once, for a client's retry and the recoverer, with its
+-- recoveries counted from zero.
+UPDATE api_idempotency
+SET held_at = NULL, locked_until = @now::timestamptz, recoveries = 0, next_recovery_at = NULL,
+    updated_at = @now::timestamptz
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending' AND held_at IS NOT NULL
+RETURNING *;
+
+-- name: IdempotencySetNextRecovery :exec
+-- IdempotencySetNextRecovery sets the recoverer's backoff of a record it
+-- has just taken over: it is not taken over again before then.
+UPDATE api_idempotency SET next_recovery_at = @next_recovery_at::timestamptz
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/fulfillment"
@@ -159,7 +160,8 @@ func (a *App) build(ctx context.Context) (err error) {
 	ops := operation.NewRunner(pool, idem, logger,
 		operation.WithWriteTimeout(cfg.WriteTimeout),
 		operation.WithAfterCommit(a.events.Committed),
-		operation.WithHooks(o.operationHooks))
+		operation.WithHooks(o.operationHooks),
+		operation.WithRecoveryBound(recoveryBound(cfg)))
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
@@ -175,6 +177,7 @@ func (a *App) build(ctx context.Context) (err error) {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
+	m.WatchAttention(func(ctx context.Context) (map[string]int64, error) { return openAttention(ctx, pool) })
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
 		return err
 	}
@@ -206,6 +209,7 @@ func (a *App) build(ctx context.Context) (err error) {
 		demo.NewHandler(pool, orderSvc, a.payments, logger, now, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
+		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP),
 		httpapi.WithAdmission(admission))
 	return nil
@@ -228,6 +232,9 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		PublishResults:    outbox.AttemptResults(),
 		Consumers:         map[string][]string{fulfillment.Subscriber: {consumedProcessed, consumedDuplicate}},
 	}
+	for _, r := range attention.Reasons() {
+		k.AttentionReasons = append(k.AttentionReasons, string(r))
+	}
 	for _, s := range specs {
 		k.Operations = append(k.Operations, string(s.Name))
 	}
@@ -235,6 +242,25 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		k.Outcomes = append(k.Outcomes, string(o))
 	}
 	return k
+}
+
+// recoveryBound is the recoverer's bound of cfg.
+func recoveryBound(cfg Config) operation.RecoveryBound {
+	return operation.RecoveryBound{MaxAttempts: cfg.RecovererMaxAttempts, Backoff: cfg.RecovererBackoff, MaxBackoff: cfg.RecovererBackoffMax}
+}
+
+// openAttention counts the open items of the needs-attention queue by
+// reason, for the metrics.
+func openAttention(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	counts, err := attention.OpenCounts(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(counts))
+	for r, n := range counts {
+		out[string(r)] = n
+	}
+	return out, nil
 }
 
 // connectBroker connects the broker (embedding one unless NATS_URL is

@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -63,6 +66,20 @@ func CheckNoDemoKeys(ctx context.Context, cfg Config, svc *tenants.Service) erro
 	}
 	return fmt.Errorf("refusing to start: this database was seeded in demo mode and its public demo keys still work; revoke them with `api keys revoke %s` (or serve a fresh database)",
 		strings.Join(live, " "))
+}
+
+// NewAttentionAdmin returns the operator's actions on the needs-attention
+// queue; resolving an item as retried releases its held attempt in store.
+func NewAttentionAdmin(pool *pgxpool.Pool, store *idempotency.Store, now func() time.Time, logger *slog.Logger) *attention.Admin {
+	return attention.NewAdmin(pool, func(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, a attention.Attempt) (bool, error) {
+		return store.Unhold(ctx, tx, tenantID, idempotency.Operation(a.Operation), idempotency.Key(a.Key))
+	}, now, logger)
+}
+
+// NewIdempotencyStore returns the idempotency store of every registered
+// operation, for the operator's look at a record (api idempotency show).
+func NewIdempotencyStore(cfg Config, now func() time.Time) *idempotency.Store {
+	return newStore(cfg, now)
 }
 
 // newStore returns the idempotency store of every registered operation.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
@@ -88,6 +89,16 @@ type Config struct {
 	// RecovererInterval is how often abandoned payment attempts are resumed
 	// (RECOVERER_INTERVAL, default 10s; 0 disables the recoverer).
 	RecovererInterval time.Duration
+	// RecovererMaxAttempts is how many recoveries an attempt without an
+	// outcome gets before it is held for an operator, an attention item of
+	// reason recovery_exhausted (RECOVERER_MAX_ATTEMPTS, default
+	// operation.DefaultMaxRecoveries, 10). A client's retry does not count.
+	RecovererMaxAttempts int
+	// RecovererBackoff is the recoverer's wait after an attempt's first
+	// recovery, doubled after each further one up to RecovererBackoffMax
+	// (RECOVERER_BACKOFF, default 30s; RECOVERER_BACKOFF_MAX, default 15m).
+	// A client's retry never waits for it.
+	RecovererBackoff, RecovererBackoffMax time.Duration
 	// WebhookWorkerInterval is the polling backstop of the webhook worker,
 	// which is otherwise woken by each receipt (WEBHOOK_WORKER_INTERVAL,
 	// default 1s).
@@ -143,8 +154,8 @@ type Config struct {
 	// FulfillmentConsumer runs the fulfillment consumer in this process
 	// (FULFILLMENT_CONSUMER, default true).
 	FulfillmentConsumer bool
-	// AdminToken is the bearer token of /admin/outbox/... (ADMIN_TOKEN;
-	// empty: the admin routes answer 404).
+	// AdminToken is the bearer token of /admin/outbox/... and
+	// /admin/attention... (ADMIN_TOKEN; empty: the admin routes answer 404).
 	AdminToken string
 }
 
@@ -194,6 +205,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PSPTimeout:            r.duration("PSP_TIMEOUT", payments.DefaultTimeout),
 		PSPWebhookSecrets:     strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
 		RecovererInterval:     r.duration("RECOVERER_INTERVAL", 10*time.Second),
+		RecovererMaxAttempts:  r.integer("RECOVERER_MAX_ATTEMPTS", operation.DefaultMaxRecoveries, 1, 1000),
+		RecovererBackoff:      r.duration("RECOVERER_BACKOFF", operation.DefaultRecoveryBackoff),
+		RecovererBackoffMax:   r.duration("RECOVERER_BACKOFF_MAX", operation.DefaultMaxRecoveryBackoff),
 		WebhookWorkerInterval: r.duration("WEBHOOK_WORKER_INTERVAL", time.Second),
 		SweepInterval:         r.duration("SWEEP_INTERVAL", time.Minute),
 		SweepBatch:            r.integer("SWEEP_BATCH", retention.DefaultBatchSize, 1, 100_000),
@@ -225,6 +239,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	for _, op := range ops {
 		c.Retention.Idempotency[op.Name] = r.duration(op.RetentionVariable(), op.Retention)
+	}
+	if c.RecovererBackoffMax < c.RecovererBackoff {
+		r.errs = append(r.errs, fmt.Errorf("RECOVERER_BACKOFF_MAX (%s) must be at least RECOVERER_BACKOFF (%s)", c.RecovererBackoffMax, c.RecovererBackoff))
 	}
 	if c.ReadTimeout <= 0 {
 		r.errs = append(r.errs, fmt.Errorf("READ_TIMEOUT (%s) must be positive: without it a client that sends its request slowly holds the connection forever", c.ReadTimeout))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -19,7 +20,8 @@ import (
 )
 
 // Every closed vocabulary of the contract is decided once, in Go, by the
-// package that owns it (orders.Statuses, payments.Statuses, problem.Codes);
+// package that owns it (orders.Statuses, payments.Statuses, problem.Codes,
+// attention.Reasons);
 // the database's CHECKs, the OpenAPI description and the public Go client
 // repeat it, and this test keeps them equal: a status or code added in one
 // place and forgotten in another fails here.
@@ -58,6 +60,21 @@ func TestVocabulariesAgreeEverywhere(t *testing.T) {
 		return out
 	}
 	client := clientConstants(t)
+	checkOf := func(table, column string) []string {
+		t.Helper()
+		var def string
+		err := pool.QueryRow(context.Background(), `
+			SELECT pg_get_constraintdef(oid) FROM pg_constraint
+			WHERE conrelid = $1::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%(' || $2 || ' = %'`, table, column).Scan(&def)
+		if err != nil {
+			t.Fatalf("the %s CHECK of %s: %v", column, table, err)
+		}
+		var out []string
+		for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(def, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
 
 	orderStatuses := names(orders.Statuses())
 	paymentStatuses := names(payments.Statuses())
@@ -84,6 +101,10 @@ func TestVocabulariesAgreeEverywhere(t *testing.T) {
 			"CHECK of refunds":       check("refunds"),
 			"client Status*":         client["Status"],
 		}, false, "Status"},
+		{"attention reasons (attention.Reasons)", names(attention.Reasons()), map[string][]string{
+			"OpenAPI AttentionItem.reason": enum("AttentionItem", "reason"),
+			"CHECK of attention_items":     checkOf("attention_items", "reason"),
+		}, false, ""},
 		{"problem codes (problem.Codes)", codes, map[string][]string{
 			"client Code*": client["Code"],
 		}, false, "Code"},

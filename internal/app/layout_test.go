@@ -38,6 +38,7 @@ var tableOwners = map[string]string{
 	"processed_messages": "internal/inbox",
 	"webhook_receipts":   "internal/webhooks",
 	"notifications":      "internal/fulfillment",
+	"attention_items":    "internal/attention",
 }
 
 // goPackage is what the layout tests read of `go list -json`.

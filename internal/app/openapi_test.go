@@ -22,9 +22,13 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/attention"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/openapi"
@@ -638,6 +642,29 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	wantProblem(t, b.do(t, "POST", retryPath, "not-the-admin-token", "", ""), 401, "unauthorized")
 	wantProblem(t, b.do(t, "POST", replayPath, "not-the-admin-token", "", ""), 401, "unauthorized")
 	wantProblem(t, b.admin(t, "GET", replayPath), 405, "method_not_allowed")
+
+	// The needs-attention queue: empty, then with an item about a webhook
+	// (raised here directly: the worker's tests raise it for real).
+	want(b.admin(t, "GET", "/admin/attention"), http.StatusOK)
+	wantProblem(t, b.admin(t, "GET", "/admin/attention?status=all"), 422, "validation_failed")
+	wantProblem(t, b.do(t, "GET", "/admin/attention", "not-the-admin-token", "", ""), 401, "unauthorized")
+	wantProblem(t, b.admin(t, "GET", "/admin/attention/"+unknownEvent), 404, "not_found")
+	var item attention.Item
+	if err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var tenant uuid.UUID
+		if err := tx.QueryRow(context.Background(), `SELECT id FROM tenants WHERE slug = 'acme'`).Scan(&tenant); err != nil {
+			return err
+		}
+		var err error
+		item, _, err = attention.Raise(context.Background(), tx, attention.Item{Reason: attention.ReasonMismatch, Detail: "webhook msg_oa_odd: other money",
+			TenantID: tenant, DeliveryID: "msg_oa_odd", Resource: &attention.Resource{Type: "payment", ID: uuid.New()}, RaisedAt: b.clock.Now()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want(b.admin(t, "GET", "/admin/attention?limit=1"), http.StatusOK)
+	want(b.admin(t, "GET", "/admin/attention/"+item.ID.String()), http.StatusOK)
+	want(b.admin(t, "GET", "/admin/attention?status=resolved"), http.StatusOK)
 
 	// Not ready: the schema no longer matches the binary.
 	if _, err := b.pool.Exec(context.Background(), `UPDATE schema_migrations SET dirty = true`); err != nil {

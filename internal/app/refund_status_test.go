@@ -23,6 +23,10 @@ type oddProvider struct {
 	refundSkew   map[string]any
 	charges      map[string]map[string]any // by our reference
 	refunds      map[string]map[string]any // by our reference
+	// down answers 503 to everything, as a provider in an outage; calls
+	// counts the requests it got (answered or not).
+	down  bool
+	calls int
 }
 
 func newOddProvider(t *testing.T) (*oddProvider, string) {
@@ -40,10 +44,22 @@ func (p *oddProvider) set(f func(p *oddProvider)) {
 	f(p)
 }
 
+// callCount returns calls under the lock.
+func (p *oddProvider) callCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}
+
 func (p *oddProvider) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	p.calls++
+	if p.down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	var in map[string]any
 	if r.Method == http.MethodPost {
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
@@ -138,17 +154,20 @@ func TestRefundFollowsTheProviderStatus(t *testing.T) {
 }
 
 // A provider whose own charge is for other money than the payment (here an
-// amount of 1 for the order's total) never gets the payment marked paid, neither in phase 2 nor on
-// the retry that looks the charge up: the attempt stays pending for an
-// operator, and the key is not left "in progress".
+// amount of 1 for the order's total) never gets the payment marked paid: the
+// attempt is held for an operator in phase 2 (409 awaiting_operator), and
+// its retry gets the same answer without asking the provider again.
 func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
 	t.Parallel()
 	provider, url := newOddProvider(t)
 	provider.set(func(p *oddProvider) { p.chargeSkew = map[string]any{"amount": 1} })
 	b := setup(t, func(c *app.Config) { c.PSPURL = url })
 	orderID, _ := b.order(t, "o1")
-	for range 2 { // the request, then the retry that resumes it
-		wantProblem(t, b.pay(t, orderID, "pay-other-money", "pm_card_ok"), http.StatusInternalServerError, "internal_error")
+	for range 2 { // the request, then its retry
+		wantProblem(t, b.pay(t, orderID, "pay-other-money", "pm_card_ok"), http.StatusConflict, "awaiting_operator")
+	}
+	if n := provider.callCount(); n != 1 {
+		t.Fatalf("provider calls = %d, want 1 (the charge): a held attempt runs nothing", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM payments WHERE status = 'pending'`); n != 1 {
 		t.Fatalf("pending payments = %d, want 1", n)
@@ -163,7 +182,7 @@ func TestChargeForOtherMoneyIsNeverRecorded(t *testing.T) {
 
 // A provider refund for other money (another amount, or another charge) is
 // never recorded: the refund stays pending with its amount reserved, and the
-// request answers 500, for an operator.
+// attempt is held for an operator (409 awaiting_operator).
 func TestRefundForOtherMoneyIsNeverRecorded(t *testing.T) {
 	t.Parallel()
 	provider, url := newOddProvider(t)
@@ -176,7 +195,10 @@ func TestRefundForOtherMoneyIsNeverRecorded(t *testing.T) {
 	paymentID := pay.json(t)["id"].(string)
 	for i, skew := range []map[string]any{{"amount": 501}, {"charge": "ch_other"}} {
 		provider.set(func(p *oddProvider) { p.refundSkew = skew })
-		wantProblem(t, b.refund(t, paymentID, fmt.Sprintf("refund-%d", i), 500), http.StatusInternalServerError, "internal_error")
+		wantProblem(t, b.refund(t, paymentID, fmt.Sprintf("refund-%d", i), 500), http.StatusConflict, "awaiting_operator")
+	}
+	if n := b.count(t, `SELECT count(*) FROM attention_items WHERE reason = 'mismatch' AND operation = 'refunds.create' AND resource_type = 'refund' AND resolved_at IS NULL`); n != 2 {
+		t.Fatalf("open mismatch items of refunds = %d, want 2", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM refunds WHERE status = 'pending'`); n != 2 {
 		t.Fatalf("pending refunds = %d, want 2", n)

@@ -91,6 +91,7 @@ var statuses = map[problem.Code]int{
 	problem.NotFound:                   404,
 	problem.MethodNotAllowed:           405,
 	problem.RequestInProgress:          409,
+	problem.AwaitingOperator:           409,
 	problem.OrderAlreadyPaid:           409,
 	problem.PaymentNotRefundable:       409,
 	problem.RequestTooLarge:            413,

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -30,10 +31,12 @@ import (
 type Option func(*options)
 
 type options struct {
-	outboxAdmin *outbox.AdminHandler
-	adminToken  string
-	observe     func(method, route string, status int, d time.Duration)
-	admission   *Admission
+	outboxAdmin    *outbox.AdminHandler
+	attentionAdmin *attention.AdminHandler
+	adminToken     string
+	attentionToken string
+	observe        func(method, route string, status int, d time.Duration)
+	admission      *Admission
 }
 
 // WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
@@ -42,6 +45,14 @@ type options struct {
 // answer 404 like any unknown path.
 func WithOutboxAdmin(h *outbox.AdminHandler, token string) Option {
 	return func(o *options) { o.outboxAdmin, o.adminToken = h, token }
+}
+
+// WithAttentionAdmin routes the operator's view of the needs-attention
+// queue (/admin/attention, /admin/attention/{id}) to h, guarded by the
+// bearer token (ADMIN_TOKEN, the same as the outbox's). The default is none:
+// without this option, or with an empty token, they answer 404.
+func WithAttentionAdmin(h *attention.AdminHandler, token string) Option {
+	return func(o *options) { o.attentionAdmin, o.attentionToken = h, token }
 }
 
 // WithRequestObserver receives every request's method, route, status and
@@ -126,6 +137,11 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		e.GET("/admin/outbox/stuck", o.outboxAdmin.Stuck, admin)
 		e.POST("/admin/outbox/events/:id/retry", o.outboxAdmin.Retry, admin)
 		e.POST("/admin/outbox/events/:id/replay", o.outboxAdmin.Replay, admin)
+	}
+	if o.attentionToken != "" && o.attentionAdmin != nil {
+		admin := adminAuth(o.attentionToken)
+		e.GET("/admin/attention", o.attentionAdmin.List, admin)
+		e.GET("/admin/attention/:id", o.attentionAdmin.Get, admin)
 	}
 
 	// The web UI, embedded.

@@ -53,7 +53,9 @@ type Operation string
 
 // State is the state of a record: pending until the operation has a final
 // outcome, then completed (2xx) or failed (a business failure, 4xx). A final
-// record never changes again.
+// record never changes again. A pending record may be held for an operator
+// (Claim.Hold): then nothing runs under its key until an operator releases
+// it.
 type State string
 
 // The states of a record.
@@ -145,12 +147,15 @@ const (
 	OutcomeInProgress Outcome = "in_progress" // same key while it runs: 409
 	OutcomeResumed    Outcome = "resumed"     // an abandoned claim was taken over
 	OutcomeLateRetry  Outcome = "late_retry"  // no record, but the business resource exists
+	// OutcomeAwaitingOperator: the key's attempt is held for an operator
+	// (409 awaiting_operator); nothing ran.
+	OutcomeAwaitingOperator Outcome = "awaiting_operator"
 )
 
 // Outcomes lists every Outcome, for observers that export a series per
 // outcome before the first request.
 func Outcomes() []Outcome {
-	return []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeMismatch, OutcomeInProgress, OutcomeResumed, OutcomeLateRetry}
+	return []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeMismatch, OutcomeInProgress, OutcomeResumed, OutcomeLateRetry, OutcomeAwaitingOperator}
 }
 
 // DB runs queries: a pool, a connection or a transaction. Only the reads
@@ -264,6 +269,10 @@ type Claim struct {
 	RecoveryPoint RecoveryPoint
 	// Resource is what an earlier phase recorded, if anything.
 	Resource *Resource
+	// Recovery counts the recoveries of a claim ClaimExpired took over, this
+	// one included (1 for the first); it is 0 for a client's claim, which
+	// never counts as a recovery.
+	Recovery int
 
 	// lease is the locked_until this claim last wrote and holder the
 	// record's request_id when it was claimed: together they tell this
@@ -280,6 +289,8 @@ func (c *Claim) Request() Request { return c.req }
 //   - final record with the same fingerprint: a ClaimReplay with the stored
 //     response.
 //   - any record with another fingerprint: problem idempotency_key_reused.
+//   - pending record held for an operator (Claim.Hold): problem
+//     awaiting_operator; nothing was done.
 //   - pending record whose lease is live: problem request_in_progress with
 //     Retry-After; nothing was done.
 //   - pending record whose lease ran out: a ClaimResumed, leased anew.
@@ -341,6 +352,10 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 		}
 		s.observe(r.Operation, OutcomeReplayed)
 		return &Claim{store: s, req: r, Kind: ClaimReplay, Stored: resp, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row)}, nil
+	}
+	if row.HeldAt != nil {
+		s.observe(r.Operation, OutcomeAwaitingOperator)
+		return nil, AwaitingOperator(nil)
 	}
 	if row.LockedUntil != nil && row.LockedUntil.After(now) {
 		s.observe(r.Operation, OutcomeInProgress)
@@ -423,6 +438,35 @@ func (c *Claim) Release(ctx context.Context, tx pgx.Tx) (bool, error) {
 	return true, nil
 }
 
+// Hold holds the claim's record for an operator, in tx, and returns when:
+// for an attempt that no retry can finish (its step needs a person) or
+// that the recoverer gave up on. The record keeps its recovery point and
+// loses its lease; from then on Begin answers awaiting_operator and nobody
+// resumes it until an operator releases it. Like Release, it acts only on a
+// pending record that carries this claim's lease, and reports false
+// otherwise (finished, gone, or another owner's): the caller must then not
+// report the attempt held.
+func (c *Claim) Hold(ctx context.Context, tx pgx.Tx) (time.Time, bool, error) {
+	row, err := c.lock(ctx, tx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if State(row.State) != StatePending || row.HeldAt != nil || row.LockedUntil == nil || !row.LockedUntil.Equal(c.lease) || row.RequestID != c.holder {
+		return time.Time{}, false, nil
+	}
+	now := c.store.nowUTC()
+	if err := dbsqlc.New(tx).IdempotencyHold(ctx, dbsqlc.IdempotencyHoldParams{
+		Now: now, TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
+	}); err != nil {
+		return time.Time{}, false, fmt.Errorf("hold idempotency record: %w", err)
+	}
+	c.lease = time.Time{}
+	return now, true, nil
+}
+
 func (c *Claim) lock(ctx context.Context, tx pgx.Tx) (dbsqlc.ApiIdempotency, error) {
 	row, err := dbsqlc.New(tx).IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
 		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
@@ -458,12 +502,17 @@ func (c *Claim) checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, 
 // operation. It returns the stored outcome when somebody else (a retry or the
 // recoverer that took the claim over after its lease, or a webhook) finished
 // the operation first; the caller then answers with that and does nothing.
+// A record held for an operator meanwhile is the problem awaiting_operator:
+// the caller stops.
 func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
 	row, err := c.lock(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("relock idempotency record: %w", err)
 	}
 	if State(row.State) == StatePending {
+		if row.HeldAt != nil {
+			return nil, AwaitingOperator(nil)
+		}
 		return nil, nil
 	}
 	resp, err := storedResponse(row)
@@ -478,7 +527,13 @@ func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
 // recoverer's Begin: every claim it returns is a ClaimResumed. Concurrent
 // callers (several API processes) never get the same claim: the rows are
 // locked with SKIP LOCKED and leased anew.
-func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, limit int) ([]*Claim, error) {
+//
+// Each take-over counts as a recovery (Claim.Recovery). backoff, when set,
+// says how long after its nth recovery an attempt is not taken over again,
+// should that recovery end without an outcome: the recoverer's backoff. A
+// held record, and one whose backoff has not run out, is not taken. A
+// client's retry (Begin) never waits for the backoff.
+func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, limit int, backoff func(recovery int) time.Duration) ([]*Claim, error) {
 	now := s.nowUTC()
 	names := make([]string, len(ops))
 	for i, op := range ops {
@@ -496,6 +551,14 @@ func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, li
 	}
 	claims := make([]*Claim, len(rows))
 	for i, row := range rows {
+		if backoff != nil {
+			if err := dbsqlc.New(tx).IdempotencySetNextRecovery(ctx, dbsqlc.IdempotencySetNextRecoveryParams{
+				NextRecoveryAt: now.Add(backoff(int(row.Recoveries))),
+				TenantID:       row.TenantID, Operation: row.Operation, IdempotencyKey: row.IdempotencyKey,
+			}); err != nil {
+				return nil, fmt.Errorf("set the next recovery: %w", err)
+			}
+		}
 		claims[i] = &Claim{
 			store: s,
 			req: Request{
@@ -508,11 +571,98 @@ func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, li
 			Kind:          ClaimResumed,
 			RecoveryPoint: RecoveryPoint(row.RecoveryPoint),
 			Resource:      resourceOf(row),
+			Recovery:      int(row.Recoveries),
 			lease:         leaseUntil,
 			holder:        row.RequestID,
 		}
 	}
 	return claims, nil
+}
+
+// Unhold releases a record held for an operator (Claim.Hold) for another
+// try, in tx: it is due at once, for its client's retry and the recoverer,
+// with its recoveries counted from zero. It reports false when the record
+// is not held (never was, released already, or gone).
+func (s *Store) Unhold(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, op Operation, key Key) (bool, error) {
+	_, err := dbsqlc.New(tx).IdempotencyUnhold(ctx, dbsqlc.IdempotencyUnholdParams{
+		Now: s.nowUTC(), TenantID: tenantID, Operation: string(op), IdempotencyKey: string(key),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("release held idempotency record: %w", err)
+	}
+	return true, nil
+}
+
+// Record is everything a record says, for an operator (Inspect).
+type Record struct {
+	TenantID      uuid.UUID
+	Operation     Operation
+	Key           Key
+	State         State
+	RecoveryPoint RecoveryPoint
+	// LockedUntil is the lease: a live one means an attempt is running.
+	LockedUntil *time.Time
+	// RequestID is the request that holds, or last held, the claim.
+	RequestID   string
+	Fingerprint Fingerprint
+	Resource    *Resource
+	// StatusCode, ContentType and Body are the stored outcome of a final
+	// record.
+	StatusCode  int
+	ContentType string
+	Body        []byte
+	// HeldAt is when the attempt was held for an operator (nil: not held).
+	HeldAt *time.Time
+	// Recoveries counts the recoverer's take-overs; NextRecoveryAt is its
+	// backoff.
+	Recoveries     int
+	NextRecoveryAt *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	ExpiresAt      time.Time
+}
+
+// ErrNotFound is returned by Inspect for a key without a record.
+var ErrNotFound = errors.New("no such idempotency record")
+
+// Inspect returns the record of (tenant, op, key), without locking it, or
+// ErrNotFound.
+func (s *Store) Inspect(ctx context.Context, db DB, tenantID uuid.UUID, op Operation, key Key) (Record, error) {
+	row, err := dbsqlc.New(db).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
+		TenantID: tenantID, Operation: string(op), IdempotencyKey: string(key),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read idempotency record: %w", err)
+	}
+	rec := Record{
+		TenantID: row.TenantID, Operation: Operation(row.Operation), Key: Key(row.IdempotencyKey),
+		State: State(row.State), RecoveryPoint: RecoveryPoint(row.RecoveryPoint),
+		LockedUntil: utc(row.LockedUntil), RequestID: row.RequestID, Fingerprint: Fingerprint(row.RequestHash),
+		Resource: resourceOf(row), Body: row.ResponseBody, HeldAt: utc(row.HeldAt),
+		Recoveries: int(row.Recoveries), NextRecoveryAt: utc(row.NextRecoveryAt),
+		CreatedAt: row.CreatedAt.UTC(), UpdatedAt: row.UpdatedAt.UTC(), ExpiresAt: row.ExpiresAt.UTC(),
+	}
+	if row.StatusCode != nil {
+		rec.StatusCode = int(*row.StatusCode)
+	}
+	if resp, err := storedResponse(row); err == nil && row.State != string(StatePending) {
+		rec.ContentType = resp.ContentType
+	}
+	return rec, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // ErrNotPending is returned by Finish for a record that already has its
@@ -602,6 +752,19 @@ func resourceOf(row dbsqlc.ApiIdempotency) *Resource {
 		r.Type = *row.ResourceType
 	}
 	return r
+}
+
+// AwaitingOperator is the answer to a request whose key's attempt is held
+// for an operator: nothing runs under the key until an operator releases
+// the attempt, and the same request gets this answer until then. cause, when
+// set, is for the log only.
+func AwaitingOperator(cause error) error {
+	return &problem.Error{
+		Code: problem.AwaitingOperator,
+		Detail: "This attempt is held for an operator: it cannot finish without one. Nothing runs under this " +
+			"Idempotency-Key until an operator has looked at it; retrying is harmless, and a new key would be a new intent.",
+		Err: cause,
+	}
 }
 
 func reused() error {

@@ -9,6 +9,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,6 +32,10 @@ type Metrics struct {
 	publishAttempts *prometheus.CounterVec
 	consumed        *prometheus.CounterVec
 	shed            prometheus.Counter
+
+	// attentionReasons are the reasons of oncepay_attention_open_items
+	// exported at zero (Declare).
+	attentionReasons []string
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -108,6 +113,9 @@ type Known struct {
 	PublishResults []string
 	// Consumers: oncepay_consumer_messages_total, each subscriber's results.
 	Consumers map[string][]string
+	// AttentionReasons: oncepay_attention_open_items (WatchAttention), each
+	// reason of the needs-attention queue.
+	AttentionReasons []string
 }
 
 // Declare exports every series of k at zero (a series already counted is
@@ -140,6 +148,7 @@ func (m *Metrics) Declare(k Known) {
 			m.consumed.WithLabelValues(sub, r)
 		}
 	}
+	m.attentionReasons = append(m.attentionReasons, k.AttentionReasons...)
 }
 
 // Shed counts a request answered 503 overloaded; route is its template,
@@ -251,4 +260,47 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, p)
 	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, l)
 	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, s)
+}
+
+// WatchAttention adds oncepay_attention_open_items, the open items of the
+// needs-attention queue by reason, which counts feeds at scrape time
+// (attention.OpenCounts: one statement per scrape, over every process's
+// items). Every reason Declare knows is exported, at zero when it has no
+// open item; when counts fails, each of them reads -1. Call it after
+// Declare.
+func (m *Metrics) WatchAttention(counts func(ctx context.Context) (map[string]int64, error)) {
+	m.reg.MustRegister(&attentionCollector{
+		counts:  counts,
+		reasons: m.attentionReasons,
+		open: prometheus.NewDesc("oncepay_attention_open_items",
+			"Open items of the needs-attention queue by reason: attempts held for an operator and webhooks set aside (GET /admin/attention, api attention list; -1: could not be read). Alert on anything above 0.",
+			[]string{"reason"}, nil),
+	})
+}
+
+// attentionCollector reads the open attention items at scrape time.
+type attentionCollector struct {
+	counts  func(ctx context.Context) (map[string]int64, error)
+	reasons []string
+	open    *prometheus.Desc
+}
+
+func (c *attentionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.open }
+
+func (c *attentionCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := c.counts(ctx)
+	for _, r := range c.reasons {
+		v := float64(counts[r])
+		if err != nil {
+			v = -1 // visible as impossible, rather than a plausible 0
+		}
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, v, r)
+	}
+	for r, n := range counts { // a reason this binary does not know (a newer process raised it)
+		if !slices.Contains(c.reasons, r) {
+			ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(n), r)
+		}
+	}
 }

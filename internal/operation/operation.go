@@ -15,6 +15,11 @@
 //     Recoverer all run that same loop, starting from the recovery point
 //     stored on the record (rules 3 and 7; payments.create, refunds.create).
 //   - Recoverer resumes abandoned attempts of every Phases operation.
+//   - An attempt that no retry can finish is held for an operator: a step
+//     says so with a NeedsOperatorError, and Phases holds the attempt
+//     (idempotency.Claim.Hold) and raises its item in the needs-attention
+//     queue (package attention) in one transaction. From then on its
+//     client's retry is answered awaiting_operator and runs nothing.
 //   - ParseRequest reads what every idempotent POST needs, in the order the
 //     contract checks it: the key, the path's id, the strict JSON body, and
 //     the fingerprint over all three.
@@ -33,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -52,7 +58,56 @@ type Runner struct {
 	writeTimeout time.Duration
 	afterCommit  func()
 	hooks        Hooks
+	bound        RecoveryBound
 }
+
+// RecoveryBound bounds the Recoverer's work on an attempt that keeps ending
+// without an outcome (the provider is down, or keeps timing out): it spaces
+// its recoveries out and, after MaxAttempts of them, holds the attempt for
+// an operator (an attention item of reason recovery_exhausted) instead of
+// trying forever. A client's own retry is never delayed by the backoff and
+// does not count as a recovery: the client is there, and its retry is the
+// same loop.
+type RecoveryBound struct {
+	// MaxAttempts is how many recoveries an attempt gets; 0 is no bound.
+	MaxAttempts int
+	// Backoff is the wait after an attempt's first recovery, doubled after
+	// each further one, up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+}
+
+// The defaults of RecoveryBound: ten recoveries, waiting 30s, 1m, 2m, 4m,
+// 8m and then 15m between them, so the last comes about 75 minutes after the
+// first: an hour's provider outage does not exhaust the bound.
+const (
+	DefaultMaxRecoveries      = 10
+	DefaultRecoveryBackoff    = 30 * time.Second
+	DefaultMaxRecoveryBackoff = 15 * time.Minute
+)
+
+// DefaultRecoveryBound is the RecoveryBound unless WithRecoveryBound says
+// otherwise.
+var DefaultRecoveryBound = RecoveryBound{MaxAttempts: DefaultMaxRecoveries, Backoff: DefaultRecoveryBackoff, MaxBackoff: DefaultMaxRecoveryBackoff}
+
+// wait returns how long after its nth recovery an attempt waits for the
+// next one.
+func (b RecoveryBound) wait(n int) time.Duration {
+	d := b.Backoff
+	for i := 1; i < n && d < b.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, b.MaxBackoff)
+}
+
+// exhausted reports whether claim is the Recoverer's last recovery of its
+// attempt (or past it).
+func (b RecoveryBound) exhausted(claim *idempotency.Claim) bool {
+	return b.MaxAttempts > 0 && claim.Recovery >= b.MaxAttempts
+}
+
+// WithRecoveryBound sets the Recoverer's bound and backoff (default
+// DefaultRecoveryBound).
+func WithRecoveryBound(b RecoveryBound) Option { return func(r *Runner) { r.bound = b } }
 
 // Option configures a Runner.
 type Option func(*Runner)
@@ -76,7 +131,7 @@ func WithHooks(h Hooks) Option { return func(r *Runner) { r.hooks = h } }
 
 // NewRunner returns a Runner.
 func NewRunner(pool *pgxpool.Pool, store *idempotency.Store, logger *slog.Logger, opts ...Option) *Runner {
-	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}}
+	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}, bound: DefaultRecoveryBound}
 	for _, o := range opts {
 		o(r)
 	}
@@ -111,6 +166,84 @@ type crashedError struct{ err error }
 
 func (e *crashedError) Error() string { return e.err.Error() }
 func (e *crashedError) Unwrap() error { return e.err }
+
+// NeedsOperatorError is the error of a step whose attempt no retry can
+// finish: what it found needs a person (Reason says what kind of thing).
+// Phases holds the attempt for an operator and raises an attention item
+// with Err's text as its detail, instead of leaving it for retries that
+// would find the same again. A feature wraps it into its own errors (as
+// payments.ErrMismatch is one), so errors.As finds it anywhere in a chain.
+type NeedsOperatorError struct {
+	Reason attention.Reason
+	Err    error
+}
+
+// NeedsOperator returns a NeedsOperatorError.
+func NeedsOperator(reason attention.Reason, err error) *NeedsOperatorError {
+	return &NeedsOperatorError{Reason: reason, Err: err}
+}
+
+func (e *NeedsOperatorError) Error() string { return e.Err.Error() }
+func (e *NeedsOperatorError) Unwrap() error { return e.Err }
+
+// hold holds claim's attempt for an operator because of cause (which
+// carries needs), and raises its attention item, in one transaction: the
+// attempt is never held without its item. It returns the answer to give:
+// awaiting_operator once held, the stored outcome when somebody finished the
+// attempt first, and otherwise (the claim was no longer this run's, or the
+// transaction failed) cause itself, leaving the attempt as it is for the next
+// retry, which finds the same and holds it then.
+func (r *Runner) hold(ctx context.Context, claim *idempotency.Claim, needs *NeedsOperatorError, cause error) (*idempotency.Response, error) {
+	var (
+		stored *idempotency.Response
+		item   attention.Item
+		held   bool
+	)
+	req := claim.Request()
+	txErr := postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		if stored, err = claim.Reacquire(ctx, tx); err != nil || stored != nil {
+			return err
+		}
+		at, ok, err := claim.Hold(ctx, tx)
+		if err != nil || !ok {
+			return err
+		}
+		it := attention.Item{
+			Reason:   needs.Reason,
+			Detail:   cause.Error(),
+			TenantID: req.TenantID,
+			Attempt:  &attention.Attempt{Operation: string(req.Operation), Key: string(req.Key)},
+			RaisedAt: at,
+		}
+		if res := claim.Resource; res != nil {
+			it.Resource = &attention.Resource{Type: res.Type, ID: res.ID}
+		}
+		if item, _, err = attention.Raise(ctx, tx, it); err != nil {
+			return err
+		}
+		held = true
+		return nil
+	})
+	switch {
+	case txErr != nil:
+		r.logger.ErrorContext(ctx, "attempt needs an operator but could not be held; the next retry tries again",
+			"operation", req.Operation, "idempotency_key", string(req.Key), "reason", needs.Reason,
+			"error", cause.Error(), "hold_error", txErr.Error())
+		return nil, cause
+	case stored != nil:
+		return stored, nil
+	case !held:
+		return nil, cause
+	}
+	r.logger.ErrorContext(ctx, "attempt held for an operator", "attention_id", item.ID, "reason", item.Reason,
+		"operation", req.Operation, "idempotency_key", string(req.Key), "error", cause.Error())
+	return nil, idempotency.AwaitingOperator(cause)
+}
+
+// isHeld reports whether err is the answer for an attempt held for an
+// operator: it has no lease to give back.
+func isHeld(err error) bool { return problem.CodeOf(err) == problem.AwaitingOperator }
 
 // Outcome is what a step returns: the next recovery point (the step's
 // transaction recorded it) or the final response (stored, or replayed

@@ -51,6 +51,9 @@ type bundle struct {
 	calls atomic.Int32
 	// callErr, when set, is what the next outside call returns (once).
 	callErr atomic.Pointer[error]
+	// txErr, when set, is what the next step recording a call's answer
+	// returns (once), rolling its transaction back.
+	txErr atomic.Pointer[error]
 	// callPanics makes the next outside call panic (once).
 	callPanics atomic.Bool
 	// inCall, when set, is called inside the outside call.
@@ -108,6 +111,9 @@ func setup(t *testing.T) *bundle {
 				return nil
 			},
 			Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+				if err := b.txErr.Swap(nil); err != nil {
+					return operation.Outcome{}, *err
+				}
 				return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data.answer)}, a.Claim.Resource)
 			},
 		},

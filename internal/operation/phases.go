@@ -2,10 +2,12 @@ package operation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
@@ -51,7 +53,11 @@ type Steps[T any] map[idempotency.RecoveryPoint]Step[T]
 // Recoverer (Resume) run this same loop from that point. An attempt that
 // stops without a final outcome while its process lives on (an unknown
 // outcome, a failed transaction, a panic) gives its lease back at once, so
-// its retry resumes without waiting for the lease.
+// its retry resumes without waiting for the lease. A step after the first
+// that returns a NeedsOperatorError holds its attempt for an operator
+// instead: the answer is awaiting_operator, now and to every retry, until an
+// operator releases it. (The first step has no attempt to hold yet: its
+// transaction, the claim's, rolls back, and its error is the answer.)
 type Phases[T any] struct {
 	r     *Runner
 	op    idempotency.Operation
@@ -174,7 +180,9 @@ func (p *Phases[T]) Resume(ctx context.Context, claim *idempotency.Claim) (idemp
 // more, so the client's retry resumes it at once instead of meeting
 // request_in_progress until the lease runs out. Only a crash keeps the lease
 // (the AfterCall hook stands for one); the lease and the Recoverer deal with
-// those.
+// those. A step's NeedsOperatorError holds the attempt (Runner.hold), which
+// leaves no lease to give back; so does the Recoverer's last recovery that
+// ends without an outcome (RecoveryBound), with reason recovery_exhausted.
 //
 // Money safety: a Call is synchronous, so once drive has returned no outside
 // call of this attempt is left running in this process. One the provider may
@@ -186,10 +194,38 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 			p.r.release(ctx, a.Claim)
 			panic(v)
 		}
-		if err != nil && !isCrash(err) {
+		if err == nil || isCrash(err) || isHeld(err) {
+			return
+		}
+		if !p.r.bound.exhausted(a.Claim) {
+			p.r.release(ctx, a.Claim)
+			return
+		}
+		// The Recoverer's last recovery of this attempt ended without an
+		// outcome too: an operator's, from now on.
+		needs := NeedsOperator(attention.ReasonRecoveryExhausted,
+			fmt.Errorf("no outcome after %d recoveries, the last at %s: %w", a.Claim.Recovery, out.next, err))
+		if stored, herr := p.r.hold(ctx, a.Claim, needs, needs); stored != nil {
+			resp, err = *stored, nil
+		} else if isHeld(herr) {
+			err = herr
+		} else {
 			p.r.release(ctx, a.Claim)
 		}
 	}()
+	// stop ends the loop after a step failed: a step that needs an operator
+	// holds the attempt, any other error is the answer as it is.
+	stop := func(err error) (idempotency.Response, error) {
+		var needs *NeedsOperatorError
+		if !errors.As(err, &needs) || isCrash(err) {
+			return idempotency.Response{}, err
+		}
+		stored, err := p.r.hold(ctx, a.Claim, needs, err)
+		if stored != nil {
+			return *stored, nil
+		}
+		return idempotency.Response{}, err
+	}
 	for out.final == nil {
 		point := out.next
 		step, ok := p.steps[point]
@@ -201,7 +237,7 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 				return idempotency.Response{}, err
 			}
 			if err := step.Call(ctx, a); err != nil {
-				return idempotency.Response{}, err
+				return stop(err)
 			}
 			if err := p.r.hooks.afterCall(p.op, point); err != nil {
 				return idempotency.Response{}, err
@@ -222,7 +258,7 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 			return p.r.hooks.beforeCommit(p.op, point)
 		})
 		if err != nil {
-			return idempotency.Response{}, err
+			return stop(err)
 		}
 		if out.final != nil && !out.final.Replayed {
 			p.r.afterCommit()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -25,7 +26,9 @@ type Resumable interface {
 // gave up after an unknown outcome). Each is resumed exactly as the client's
 // retry would resume it, by the operation's own loop from the recovery point
 // stored on its record. Several processes may run it at once; they never
-// take the same claim.
+// take the same claim. It is bounded (RecoveryBound, WithRecoveryBound): it
+// backs off per attempt between recoveries, and holds an attempt for an
+// operator once its last recovery, too, ended without an outcome.
 type Recoverer struct {
 	r   *Runner
 	ops map[idempotency.Operation]Resumable
@@ -75,7 +78,20 @@ func (rc *Recoverer) RecoverOnce(ctx context.Context, limit int) (int, error) {
 			break
 		}
 		tried[c.Request()] = true
+		if rc.r.bound.exhausted(c) && c.Recovery > rc.r.bound.MaxAttempts {
+			// Its last recovery never ended (the process died in it): the
+			// bound is spent, so no further one runs.
+			needs := NeedsOperator(attention.ReasonRecoveryExhausted,
+				fmt.Errorf("no outcome after %d recoveries, the last one cut off at %s", c.Recovery-1, c.RecoveryPoint))
+			if _, err := rc.r.hold(ctx, c, needs, needs); !isHeld(err) {
+				rc.r.release(ctx, c)
+			}
+			continue
+		}
 		if err := rc.resume(ctx, c); err != nil {
+			if isHeld(err) { // logged, with its attention item, when it was held
+				continue
+			}
 			// Unknown outcomes stay pending for the next round; log, go on.
 			rc.r.logger.WarnContext(ctx, "recoverer could not finish an attempt",
 				"operation", c.Request().Operation, "idempotency_key", string(c.Request().Key),
@@ -97,7 +113,7 @@ func (rc *Recoverer) claimExpired(ctx context.Context) (*idempotency.Claim, erro
 	var claims []*idempotency.Claim
 	err := postgres.InTx(ctx, rc.r.pool, func(tx pgx.Tx) error {
 		var err error
-		claims, err = rc.r.store.ClaimExpired(ctx, tx, ops, 1)
+		claims, err = rc.r.store.ClaimExpired(ctx, tx, ops, 1, rc.r.bound.wait)
 		return err
 	})
 	if err != nil {

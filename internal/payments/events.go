@@ -7,6 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/attention"
+	"github.com/oncepay/oncepay/internal/operation"
 )
 
 // ErrUnknownReference is returned for a provider event that names no
@@ -17,12 +20,38 @@ var ErrUnknownReference = errors.New("provider event names no payment or refund 
 // refund of ours but disagrees with it about the money: another amount or
 // currency, money moved (a succeeded charge or refund) where we recorded a
 // failure, or a second succeeded charge for a paid payment. Such an event is
-// never applied; it is for an operator to look
-// at (the webhook worker logs an error and notes it on the receipt). The
-// same check guards phase 2 and the recoverer: a provider whose own record
-// is about other money leaves the payment pending (and the request a 500)
-// until an operator has looked, instead of marking it paid.
-var ErrMismatch = errors.New("provider event disagrees with our records")
+// never applied; it is for an operator to look at (the webhook worker sets
+// the receipt aside). The same check guards phase 2 and the recoverer: a
+// provider whose own record is about other money never gets the payment
+// marked paid. ErrMismatch is an operation.NeedsOperatorError, so a step
+// that meets it holds its attempt for an operator (409 awaiting_operator,
+// an attention item of reason mismatch) instead of leaving it to retries
+// that would find the same record again.
+var ErrMismatch = operation.NeedsOperator(attention.ReasonMismatch, errors.New("provider's record disagrees with ours"))
+
+// MismatchError is what ApplyChargeEvent and ApplyRefundEvent return for an
+// event about other money (it wraps ErrMismatch): it names the payment or
+// refund the event is about, so the webhook worker can set the event aside
+// with an attention item about it.
+type MismatchError struct {
+	TenantID uuid.UUID
+	// ResourceType is "payment" or "refund"; ResourceID its id.
+	ResourceType string
+	ResourceID   uuid.UUID
+	Err          error
+}
+
+func (e *MismatchError) Error() string { return e.Err.Error() }
+func (e *MismatchError) Unwrap() error { return e.Err }
+
+// mismatchAbout wraps err, when it is a mismatch, as a MismatchError about
+// the payment or refund id of tenantID.
+func mismatchAbout(err error, tenantID uuid.UUID, kind string, id uuid.UUID) error {
+	if err == nil || !errors.Is(err, ErrMismatch) {
+		return err
+	}
+	return &MismatchError{TenantID: tenantID, ResourceType: kind, ResourceID: id, Err: err}
+}
 
 // chargeMismatch reports ErrMismatch when c, a charge the provider made, is
 // about other money than pay. Every path that records a charge asks it
@@ -59,26 +88,12 @@ func refundMismatch(pay Payment, ref Refund, r ProviderRefund) error {
 // applied reports whether the event finished the payment (and appended its
 // outbox event).
 func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (applied bool, err error) {
-	id, err := uuid.Parse(c.Metadata["reference"])
-	if err != nil {
-		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
-	}
-	pay, err := storeOf(tx).payment(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return false, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
-	}
+	pay, err := s.chargeEventPayment(ctx, tx, c)
 	if err != nil {
 		return false, err
 	}
-	if err := chargeMismatch(pay, c); err != nil {
-		return false, err
-	}
-	if pay.Status == StatusFailed && c.Status == chargeSucceeded {
-		return false, fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
-	}
-	if pay.Status == StatusSucceeded && c.Status == chargeSucceeded && pay.ProviderChargeID != nil && *pay.ProviderChargeID != c.ID {
-		// Our reference charged twice at the provider: money to give back.
-		return false, fmt.Errorf("charge %s succeeded, payment %s succeeded with charge %s: %w", c.ID, pay.ID, *pay.ProviderChargeID, ErrMismatch)
+	if err := chargeEventMismatch(pay, c); err != nil {
+		return false, mismatchAbout(err, pay.TenantID, "payment", pay.ID)
 	}
 	if pay.Status != StatusPending {
 		return false, nil
@@ -87,6 +102,36 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 		return false, err
 	}
 	return true, nil
+}
+
+// chargeEventPayment finds the payment a charge event names.
+func (s *Service) chargeEventPayment(ctx context.Context, tx pgx.Tx, c Charge) (Payment, error) {
+	id, err := uuid.Parse(c.Metadata["reference"])
+	if err != nil {
+		return Payment{}, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+	}
+	pay, err := storeOf(tx).payment(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Payment{}, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
+	}
+	return pay, err
+}
+
+// chargeEventMismatch reports ErrMismatch for a charge event about other
+// money than pay: another amount or currency, money moved where we recorded
+// a failure, or a second charge of a paid payment.
+func chargeEventMismatch(pay Payment, c Charge) error {
+	if err := chargeMismatch(pay, c); err != nil {
+		return err
+	}
+	if pay.Status == StatusFailed && c.Status == chargeSucceeded {
+		return fmt.Errorf("charge %s succeeded, payment %s is failed: %w", c.ID, pay.ID, ErrMismatch)
+	}
+	if pay.Status == StatusSucceeded && c.Status == chargeSucceeded && pay.ProviderChargeID != nil && *pay.ProviderChargeID != c.ID {
+		// Our reference charged twice at the provider: money to give back.
+		return fmt.Errorf("charge %s succeeded, payment %s succeeded with charge %s: %w", c.ID, pay.ID, *pay.ProviderChargeID, ErrMismatch)
+	}
+	return nil
 }
 
 // ApplyRefundEvent applies a provider refund (charge.refunded) in the
@@ -113,10 +158,11 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 		return false, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}
 	if err := refundMismatch(pay, ref, r); err != nil {
-		return false, err
+		return false, mismatchAbout(err, ref.TenantID, "refund", ref.ID)
 	}
 	if ref.Status == StatusFailed && r.Status == refundSucceeded {
-		return false, fmt.Errorf("provider refund %s succeeded, refund %s is failed: %w", r.ID, ref.ID, ErrMismatch)
+		return false, mismatchAbout(fmt.Errorf("provider refund %s succeeded, refund %s is failed: %w", r.ID, ref.ID, ErrMismatch),
+			ref.TenantID, "refund", ref.ID)
 	}
 	if ref.Status != StatusPending {
 		return false, nil

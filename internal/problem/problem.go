@@ -33,6 +33,7 @@ const (
 	IdempotencyKeyInvalid      Code = "idempotency_key_invalid"
 	IdempotencyKeyReused       Code = "idempotency_key_reused"
 	RequestInProgress          Code = "request_in_progress"
+	AwaitingOperator           Code = "awaiting_operator"
 	InvalidJSON                Code = "invalid_json"
 	ValidationFailed           Code = "validation_failed"
 	RequestTooLarge            Code = "request_too_large"
@@ -59,6 +60,7 @@ var statuses = map[Code]int{
 	IdempotencyKeyInvalid:      http.StatusBadRequest,
 	IdempotencyKeyReused:       http.StatusUnprocessableEntity,
 	RequestInProgress:          http.StatusConflict,
+	AwaitingOperator:           http.StatusConflict,
 	InvalidJSON:                http.StatusBadRequest,
 	ValidationFailed:           http.StatusUnprocessableEntity,
 	RequestTooLarge:            http.StatusRequestEntityTooLarge,

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -195,9 +196,15 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		// receipt cannot change what it says. The payment or refund stays as
 		// it is; a pending one is finished from the provider's API by the
 		// recoverer (which checks the money too). Somebody has to look at the
-		// receipt: an error.
+		// receipt: it is set aside (processed, with its note) together with
+		// its attention item, in this transaction.
 		note := truncate("mismatch: "+applyErr.Error(), maxErrorLen)
-		w.logger.ErrorContext(ctx, "webhook disagrees with our records; not applied, marked processed", "webhook_id", id, "event_id", c.ev.id, "type", c.ev.typ, "error", applyErr.Error())
+		item, err := raiseMismatch(ctx, tx, id, applyErr, now)
+		if err != nil {
+			return "", err
+		}
+		w.logger.ErrorContext(ctx, "webhook disagrees with our records; not applied, set aside for an operator", "webhook_id", id,
+			"event_id", c.ev.id, "type", c.ev.typ, "attention_id", item.ID, "error", applyErr.Error())
 		return ResultMismatch, markProcessed(ctx, q, id, now, note)
 	case ctx.Err() != nil:
 		return "", ctx.Err()
@@ -208,6 +215,27 @@ func (w *Worker) process(ctx context.Context, tx pgx.Tx, c claimed, now time.Tim
 		return "", fmt.Errorf("record webhook receipt %s failure: %w", id, err)
 	}
 	return ResultFailed, nil
+}
+
+// raiseMismatch raises the attention item of delivery id, a receipt about
+// other money (mismatch), in tx.
+func raiseMismatch(ctx context.Context, tx pgx.Tx, id string, mismatch error, now time.Time) (attention.Item, error) {
+	var me *payments.MismatchError
+	if !errors.As(mismatch, &me) {
+		return attention.Item{}, fmt.Errorf("webhook receipt %s: a mismatch names no payment or refund: %w", id, mismatch)
+	}
+	item, _, err := attention.Raise(ctx, tx, attention.Item{
+		Reason:     attention.ReasonMismatch,
+		Detail:     "webhook " + id + ": " + mismatch.Error(),
+		TenantID:   me.TenantID,
+		DeliveryID: id,
+		Resource:   &attention.Resource{Type: me.ResourceType, ID: me.ResourceID},
+		RaisedAt:   now,
+	})
+	if err != nil {
+		return attention.Item{}, fmt.Errorf("webhook receipt %s: %w", id, err)
+	}
+	return item, nil
 }
 
 // markProcessed finishes a receipt that is not applied, with a note that

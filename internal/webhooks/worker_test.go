@@ -3,12 +3,14 @@ package webhooks_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -187,6 +189,29 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error LIKE 'mismatch:%'`); n != 5 {
 		t.Fatalf("receipts processed with a mismatch note = %d, want 5", n)
 	}
+	// Each is set aside for an operator: an open attention item about its
+	// delivery and the payment or refund it names, raised with it.
+	type about struct {
+		kind   string
+		tenant uuid.UUID
+	}
+	wantItems := map[string]about{"msg_amount": {"payment", pay.tenant}, "msg_currency": {"payment", pay.tenant},
+		"msg_refund_amount": {"refund", refunded.tenant}, "msg_refund_charge": {"refund", refunded.tenant},
+		"msg_refund_failed": {"refund", declined.tenant}}
+	items, err := attention.List(context.Background(), b.pool, attention.StatusOpen, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != len(wantItems) {
+		t.Fatalf("open attention items = %d, want %d", len(items), len(wantItems))
+	}
+	for _, it := range items {
+		w, ok := wantItems[it.DeliveryID]
+		if !ok || it.Reason != attention.ReasonMismatch || it.Attempt != nil || it.Resource == nil || it.Resource.Type != w.kind ||
+			it.TenantID != w.tenant || !strings.Contains(it.Detail, it.DeliveryID) {
+			t.Errorf("attention item %+v: want a mismatch about webhook %s and its %s", it, it.DeliveryID, w.kind)
+		}
+	}
 	if got := payments.Status(b.str(t, `SELECT status FROM refunds WHERE id = $1`, failedRefund)); got != payments.StatusFailed {
 		t.Fatalf("failed refund status = %q, want failed", got)
 	}
@@ -232,6 +257,9 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = 'msg_second_charge' AND last_error LIKE 'mismatch:%'`); n != 1 {
 		t.Fatal("a second succeeded charge is not noted as a mismatch")
+	}
+	if n := b.count(t, `SELECT count(*) FROM attention_items WHERE delivery_id = 'msg_second_charge' AND resource_id = $1 AND resolved_at IS NULL`, pay.payment); n != 1 {
+		t.Fatal("a second succeeded charge raised no attention item about its payment")
 	}
 	if got, want := b.state(t, pay), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
 		t.Fatalf("after a second charge: state = %+v, want %+v", got, want)

@@ -338,6 +338,13 @@ func (s *stack) apiEnv(addr string) []string {
 		"WRITE_TIMEOUT="+WriteTimeout.String(),
 		"IDEMPOTENCY_LEASE="+s.lease.String(),
 		"RECOVERER_INTERVAL=1s",
+		// The recoverer's backoff scaled to the run's minutes (the service's
+		// 30s doubling to 15m is for hours-long outages), and a bound no run
+		// of injected faults spends: a held attempt would stay pending past
+		// the settle phase. TestRecoveryBoundHoldsTheAttempt proves the bound.
+		"RECOVERER_BACKOFF=1s",
+		"RECOVERER_BACKOFF_MAX=5s",
+		"RECOVERER_MAX_ATTEMPTS=100",
 		"WEBHOOK_WORKER_INTERVAL=500ms",
 		"SWEEP_INTERVAL=0",
 		"SHUTDOWN_TIMEOUT=5s",

@@ -18,7 +18,7 @@ SET recovery_point = $1, locked_until = $2, updated_at = $3,
     resource_type = coalesce($4, resource_type),
     resource_id = coalesce($5, resource_id)
 WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
-  AND state = 'pending'
+  AND state = 'pending' AND held_at IS NULL
 `
 
 type IdempotencyCheckpointParams struct {
@@ -33,7 +33,8 @@ type IdempotencyCheckpointParams struct {
 }
 
 // IdempotencyCheckpoint records a recovery point (and the resource it made)
-// and sets the lease of a pending record; a finished record is left alone.
+// and sets the lease of a pending record; a finished or held record is left
+// alone.
 func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg IdempotencyCheckpointParams) error {
 	_, err := q.db.Exec(ctx, idempotencyCheckpoint,
 		arg.RecoveryPoint,
@@ -52,14 +53,15 @@ const idempotencyClaimExpired = `-- name: IdempotencyClaimExpired :many
 WITH expired AS (
     SELECT tenant_id, operation, idempotency_key FROM api_idempotency
     WHERE state = 'pending' AND operation = ANY($3::text[]) AND locked_until < $2
+      AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= $2)
     ORDER BY locked_until
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE api_idempotency a SET locked_until = $1, updated_at = $2
+UPDATE api_idempotency a SET locked_until = $1, updated_at = $2, recoveries = a.recoveries + 1
 FROM expired e
 WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
-RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at
+RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at, a.held_at, a.recoveries, a.next_recovery_at
 `
 
 type IdempotencyClaimExpiredParams struct {
@@ -72,7 +74,10 @@ type IdempotencyClaimExpiredParams struct {
 // IdempotencyClaimExpired takes over pending records of the given operations
 // whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
 // lets several recoverers run at once without waiting on each other; the
-// renewed lease keeps the others away after commit.
+// renewed lease keeps the others away after commit. A held record (no lease)
+// is an operator's, never the recoverer's, and one whose backoff has not
+// run out yet is not due. Each take-over counts one recovery; the caller
+// sets the next backoff (IdempotencySetNextRecovery).
 func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyClaimExpiredParams) ([]ApiIdempotency, error) {
 	rows, err := q.db.Query(ctx, idempotencyClaimExpired,
 		arg.LockedUntil,
@@ -104,6 +109,9 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.ExpiresAt,
+			&i.HeldAt,
+			&i.Recoveries,
+			&i.NextRecoveryAt,
 		); err != nil {
 			return nil, err
 		}
@@ -165,7 +173,7 @@ SET state = $1, recovery_point = 'finished', locked_until = NULL,
     resource_type = $5, resource_id = $6,
     updated_at = $7, expires_at = $8
 WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
-  AND state = 'pending'
+  AND state = 'pending' AND held_at IS NULL
 `
 
 type IdempotencyFinishParams struct {
@@ -183,7 +191,8 @@ type IdempotencyFinishParams struct {
 }
 
 // IdempotencyFinish stores the final outcome of a pending record. A record
-// that is already final is never overwritten: it reports no row.
+// that is already final is never overwritten, and a held one is not
+// finished behind the operator's back: both report no row.
 func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishParams) (int64, error) {
 	result, err := q.db.Exec(ctx, idempotencyFinish,
 		arg.State,
@@ -205,7 +214,7 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 `
 
@@ -237,12 +246,15 @@ func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
 	)
 	return i, err
 }
 
 const idempotencyGetForUpdate = `-- name: IdempotencyGetForUpdate :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 FOR UPDATE
 `
@@ -273,8 +285,38 @@ func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg IdempotencyGe
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
 	)
 	return i, err
+}
+
+const idempotencyHold = `-- name: IdempotencyHold :exec
+UPDATE api_idempotency
+SET held_at = $1::timestamptz, locked_until = NULL, updated_at = $1::timestamptz
+WHERE tenant_id = $2 AND operation = $3 AND idempotency_key = $4
+  AND state = 'pending' AND held_at IS NULL
+`
+
+type IdempotencyHoldParams struct {
+	Now            time.Time
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyHold holds a pending record for an operator: it keeps its
+// recovery point and loses its lease, so nobody resumes it until an
+// operator releases it.
+func (q *Queries) IdempotencyHold(ctx context.Context, arg IdempotencyHoldParams) error {
+	_, err := q.db.Exec(ctx, idempotencyHold,
+		arg.Now,
+		arg.TenantID,
+		arg.Operation,
+		arg.IdempotencyKey,
+	)
+	return err
 }
 
 const idempotencyInsert = `-- name: IdempotencyInsert :one
@@ -285,7 +327,7 @@ INSERT INTO api_idempotency (
     $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at
 `
 
 type IdempotencyInsertParams struct {
@@ -331,6 +373,84 @@ func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertPa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
+	)
+	return i, err
+}
+
+const idempotencySetNextRecovery = `-- name: IdempotencySetNextRecovery :exec
+UPDATE api_idempotency SET next_recovery_at = $1::timestamptz
+WHERE tenant_id = $2 AND operation = $3 AND idempotency_key = $4
+`
+
+type IdempotencySetNextRecoveryParams struct {
+	NextRecoveryAt time.Time
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencySetNextRecovery sets the recoverer's backoff of a record it
+// has just taken over: it is not taken over again before then.
+func (q *Queries) IdempotencySetNextRecovery(ctx context.Context, arg IdempotencySetNextRecoveryParams) error {
+	_, err := q.db.Exec(ctx, idempotencySetNextRecovery,
+		arg.NextRecoveryAt,
+		arg.TenantID,
+		arg.Operation,
+		arg.IdempotencyKey,
+	)
+	return err
+}
+
+const idempotencyUnhold = `-- name: IdempotencyUnhold :one
+UPDATE api_idempotency
+SET held_at = NULL, locked_until = $1::timestamptz, recoveries = 0, next_recovery_at = NULL,
+    updated_at = $1::timestamptz
+WHERE tenant_id = $2 AND operation = $3 AND idempotency_key = $4
+  AND state = 'pending' AND held_at IS NOT NULL
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at
+`
+
+type IdempotencyUnholdParams struct {
+	Now            time.Time
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyUnhold releases a held record for another try (an operator's
+// decision): due at once, for a client's retry and the recoverer, with its
+// recoveries counted from zero.
+func (q *Queries) IdempotencyUnhold(ctx context.Context, arg IdempotencyUnholdParams) (ApiIdempotency, error) {
+	row := q.db.QueryRow(ctx, idempotencyUnhold,
+		arg.Now,
+		arg.TenantID,
+		arg.Operation,
+		arg.IdempotencyKey,
+	)
+	var i ApiIdempotency
+	err := row.Scan(
+		&i.TenantID,
+		&i.Operation,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.State,
+		&i.RecoveryPoint,
+		&i.LockedUntil,
+		&i.RequestID,
+		&i.StatusCode,
+		&i.ResponseHeaders,
+		&i.ResponseBody,
+		&i.ResourceType,
+		&i.ResourceID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
 	)
 	return i, err
 }

@@ -27,4 +27,7 @@ type ApiIdempotency struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	ExpiresAt       time.Time
+	HeldAt          *time.Time
+	Recoveries      int32
+	NextRecoveryAt  *time.Time
 }
