@@ -30,9 +30,28 @@ import (
 type Option func(*options)
 
 type options struct {
-	outboxAdmin *outbox.AdminHandler
-	adminToken  string
-	observe     func(method, route string, status int, d time.Duration)
+	outboxAdmin    *outbox.AdminHandler
+	adminToken     string
+	observe        func(method, route string, status int, d time.Duration)
+	requestTimeout time.Duration
+}
+
+// DefaultRequestTimeout bounds the work of one request unless
+// WithRequestTimeout says otherwise.
+const DefaultRequestTimeout = 10 * time.Second
+
+// WithRequestTimeout bounds the work of every request (default
+// DefaultRequestTimeout, 10s; internal/app sets WRITE_TIMEOUT): its
+// context ends after d, so a database or provider that accepts and never
+// answers costs a request d, and its client a 503, never a hung
+// connection. Operations that must run to their end (internal/operation)
+// detach from it and keep a bound of their own.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.requestTimeout = d
+		}
+	}
 }
 
 // WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
@@ -63,7 +82,7 @@ func WithRequestObserver(fn func(method, route string, status int, d time.Durati
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
-	o := options{observe: func(string, string, int, time.Duration) {}}
+	o := options{observe: func(string, string, int, time.Duration) {}, requestTimeout: DefaultRequestTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -77,6 +96,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		clientRequestID,
 		middleware.RequestID(),
 		requestLogger(logger, o.observe),
+		requestDeadline(o.requestTimeout),
 		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 	)
