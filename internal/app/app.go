@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,7 +160,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
-	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now, webhooks.WithRoundTimeout(cfg.WriteTimeout),
 		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
 	demoOpts := []demo.HandlerOption{
 		demo.WithDemoMode(cfg.DemoMode),
@@ -183,7 +186,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		demo.NewHandler(pool, orderSvc, a.payments, logger, demoOpts...),
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
-		httpapi.WithRequestObserver(m.HTTP))
+		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithRequestTimeout(cfg.WriteTimeout))
 	return a, nil
 }
 
@@ -225,7 +229,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		}
 		natsURL = a.nats.ClientURL()
 	}
-	nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"))
+	nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"), broker.WithPingInterval(cfg.NATSPingInterval))
 	if err != nil {
 		return err
 	}
@@ -236,12 +240,14 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
+			outbox.WithPublishTimeout(cfg.OutboxPublishTimeout), outbox.WithLease(cfg.OutboxLease), outbox.WithDatabaseTimeout(cfg.WriteTimeout),
 			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
 			return err
 		}
 	}
 	if cfg.FulfillmentConsumer {
 		a.fulfillment = fulfillment.New(a.pool, js, orderSvc, logger.With("component", "fulfillment"), now,
+			fulfillment.WithProcessTimeout(cfg.WriteTimeout),
 			fulfillment.WithCommitObserver(func(_ string, outcome fulfillment.Outcome) {
 				result := consumedProcessed
 				if outcome == fulfillment.Duplicate {
@@ -301,9 +307,12 @@ func (a *App) Close() {
 
 // Serve runs the API and the background workers until ctx is cancelled,
 // then shuts down in order: stop accepting and drain in-flight requests (at
-// most ShutdownTimeout), then stop the workers. Work cut off by the shutdown
-// is safe: it is either committed or resumed by a retry or by the recoverer
-// of another process.
+// most ShutdownTimeout), then stop the workers (at most ShutdownTimeout
+// again; workers still running then are reported and left to their own
+// bounds). Work cut off by the shutdown is safe: it is either committed or
+// resumed by a retry or by the recoverer of another process. Every request
+// and every worker round is bounded (WriteTimeout), so a dependency that
+// never answers cannot hold the shutdown, nor Close after it.
 func (a *App) Serve(ctx context.Context) error {
 	srv := a.httpServer(a.handler)
 	errc := make(chan error, 1)
@@ -311,11 +320,23 @@ func (a *App) Serve(ctx context.Context) error {
 
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		running = map[string]bool{}
+	)
 	run := func(name string, fn func(context.Context) error) {
 		wg.Add(1)
+		mu.Lock()
+		running[name] = true
+		mu.Unlock()
 		go func() {
 			defer wg.Done()
+			defer func() {
+				mu.Lock()
+				delete(running, name)
+				mu.Unlock()
+			}()
 			if err := fn(workers); err != nil && !errors.Is(err, context.Canceled) {
 				a.logger.Error("worker stopped", "worker", name, "error", err.Error())
 			}
@@ -348,7 +369,21 @@ func (a *App) Serve(ctx context.Context) error {
 		err = fmt.Errorf("drain API requests: %w", err)
 	}
 	stopWorkers()
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	workersDeadline := time.NewTimer(a.cfg.ShutdownTimeout)
+	defer workersDeadline.Stop()
+	select {
+	case <-stopped:
+	case <-workersDeadline.C:
+		mu.Lock()
+		names := slices.Sorted(maps.Keys(running))
+		mu.Unlock()
+		err = errors.Join(err, fmt.Errorf("background workers still running %s after they were told to stop: %s", a.cfg.ShutdownTimeout, strings.Join(names, ", ")))
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(fmt.Errorf("serve: %w", serveErr), err)
 	}
