@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,7 +184,7 @@ func (a *App) build(ctx context.Context) (err error) {
 	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
 		return err
 	}
-	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
+	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now, webhooks.WithRoundTimeout(cfg.WriteTimeout),
 		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
 	demoOpts := []demo.HandlerOption{
 		demo.WithDemoMode(cfg.DemoMode),
@@ -211,7 +214,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP),
-		httpapi.WithAdmission(admission))
+		httpapi.WithAdmission(admission),
+		httpapi.WithRequestTimeout(cfg.WriteTimeout))
 	return nil
 }
 
@@ -276,7 +280,7 @@ func (a *App) connectBroker(ctx context.Context) error {
 		natsURL = a.nats.ClientURL()
 	}
 	return a.waitFor(ctx, depBroker, func(context.Context) error {
-		nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"))
+		nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"), broker.WithPingInterval(cfg.NATSPingInterval))
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return permanent(err) // it answered, and refused us: waiting will not change that
 		}
@@ -295,12 +299,14 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
+			outbox.WithPublishTimeout(cfg.OutboxPublishTimeout), outbox.WithLease(cfg.OutboxLease), outbox.WithDatabaseTimeout(cfg.WriteTimeout),
 			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
 			return err
 		}
 	}
 	if cfg.FulfillmentConsumer {
 		a.fulfillment = fulfillment.New(a.pool, js, orderSvc, logger.With("component", "fulfillment"), now,
+			fulfillment.WithProcessTimeout(cfg.WriteTimeout),
 			fulfillment.WithCommitObserver(func(_ string, outcome fulfillment.Outcome) {
 				result := consumedProcessed
 				if outcome == fulfillment.Duplicate {
@@ -406,19 +412,34 @@ func (a *App) Start(ctx context.Context) (err error) {
 
 // Serve runs the background workers, beside the API that Start serves,
 // until ctx is cancelled, then shuts down in order: stop accepting and drain
-// in-flight requests (at most ShutdownTimeout), then stop the workers. Work
-// cut off by the shutdown is safe: it is either committed or resumed by a
-// retry or by the recoverer of another process. Call it after Start returned
-// nil.
+// in-flight requests (at most ShutdownTimeout), then stop the workers (at
+// most ShutdownTimeout again; workers still running then are reported and
+// left to their own bounds). Work cut off by the shutdown is safe: it is
+// either committed or resumed by a retry or by the recoverer of another
+// process. Every request and every worker round is bounded (WriteTimeout),
+// so a dependency that never answers cannot hold the shutdown, nor Close
+// after it. Call it after Start returned nil.
 func (a *App) Serve(ctx context.Context) error {
 	srv, errc := a.srv, a.served
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		running = map[string]bool{}
+	)
 	run := func(name string, fn func(context.Context) error) {
 		wg.Add(1)
+		mu.Lock()
+		running[name] = true
+		mu.Unlock()
 		go func() {
 			defer wg.Done()
+			defer func() {
+				mu.Lock()
+				delete(running, name)
+				mu.Unlock()
+			}()
 			if err := fn(workers); err != nil && !errors.Is(err, context.Canceled) {
 				a.logger.Error("worker stopped", "worker", name, "error", err.Error())
 			}
@@ -451,7 +472,21 @@ func (a *App) Serve(ctx context.Context) error {
 		err = fmt.Errorf("drain API requests: %w", err)
 	}
 	stopWorkers()
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	workersDeadline := time.NewTimer(a.cfg.ShutdownTimeout)
+	defer workersDeadline.Stop()
+	select {
+	case <-stopped:
+	case <-workersDeadline.C:
+		mu.Lock()
+		names := slices.Sorted(maps.Keys(running))
+		mu.Unlock()
+		err = errors.Join(err, fmt.Errorf("background workers still running %s after they were told to stop: %s", a.cfg.ShutdownTimeout, strings.Join(names, ", ")))
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(fmt.Errorf("serve: %w", serveErr), err)
 	}

@@ -36,8 +36,9 @@ func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		}
 	}
 	return postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
-		MaxConns:    cfg.DBMaxConns,
-		LockTimeout: cfg.DBLockTimeout,
+		MaxConns:       cfg.DBMaxConns,
+		LockTimeout:    cfg.DBLockTimeout,
+		ConnectTimeout: cfg.DBConnectTimeout,
 	})
 }
 

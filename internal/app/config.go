@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
@@ -36,14 +38,22 @@ type Config struct {
 	DBMaxConns int32
 	// DBLockTimeout bounds every lock wait, and so how long a concurrent
 	// duplicate request waits for the first one before it gets 409
-	// request_in_progress (DB_LOCK_TIMEOUT, default 2s).
+	// request_in_progress (DB_LOCK_TIMEOUT, default 2s; must be positive).
 	DBLockTimeout time.Duration
+	// DBConnectTimeout bounds opening one database connection: dial, TLS,
+	// startup and authentication (DB_CONNECT_TIMEOUT, default
+	// postgres.DefaultConnectTimeout, 5s; must be positive). A
+	// connect_timeout in DATABASE_URL wins over it.
+	DBConnectTimeout time.Duration
 	// ReadTimeout bounds reading one request, headers and body: a client
 	// slower than this gets 408 request_timeout, and the connection is
 	// closed (READ_TIMEOUT, default 15s).
 	ReadTimeout time.Duration
-	// WriteTimeout bounds a started write; it runs to its end even when the
-	// client disconnects (WRITE_TIMEOUT, default 10s).
+	// WriteTimeout bounds the work of one request, and of one round of a
+	// background worker against the database; a started write runs to its
+	// end even when the client disconnects (WRITE_TIMEOUT, default 10s). A
+	// database or provider that accepts and never answers costs a request
+	// this long and gets a 503, never a hung connection.
 	WriteTimeout time.Duration
 	// IdempotencyLease protects a pending claim of a multi-phase operation
 	// (IDEMPOTENCY_LEASE, default idempotency.DefaultLease, 30s). It must be longer than WriteTimeout:
@@ -53,8 +63,9 @@ type Config struct {
 	// AuthCacheTTL is how long a verified API key is cached (AUTH_CACHE_TTL,
 	// default tenants.DefaultCacheTTL, 30s; 0 disables).
 	AuthCacheTTL time.Duration
-	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
-	// this long to finish after SIGTERM (SHUTDOWN_TIMEOUT, default 15s).
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
+	// the background workers get this long to finish after SIGTERM
+	// (SHUTDOWN_TIMEOUT, default 15s; must be positive).
 	ShutdownTimeout time.Duration
 	// StartupTimeout bounds how long `api serve` waits for the database and
 	// the broker to answer, retrying each with backoff, and then to become
@@ -78,8 +89,9 @@ type Config struct {
 	// PSPAPIKey is sent to the provider as a bearer token (PSP_API_KEY).
 	PSPAPIKey string
 	// PSPTimeout bounds one provider call; past it the outcome is unknown
-	// (PSP_TIMEOUT, default payments.DefaultTimeout, 5s). It must stay below WriteTimeout, so a timed
-	// out attempt still has time to release its claim for the retry.
+	// (PSP_TIMEOUT, default payments.DefaultTimeout, 5s). It must be
+	// positive, and stay below WriteTimeout, so a timed out attempt still
+	// has time to release its claim for the retry.
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
 	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
@@ -131,6 +143,13 @@ type Config struct {
 	// nats-server inside the process on a random loopback port; set it
 	// whenever more than one API process runs.
 	NATSURL string
+	// NATSPingInterval is how often the NATS client pings the server; two
+	// unanswered pings mark the connection stale, and the client
+	// reconnects. It bounds how long a broker that accepts and never
+	// answers goes unnoticed, to about two to three intervals
+	// (NATS_PING_INTERVAL, default broker.DefaultPingInterval, 10s; must be
+	// positive).
+	NATSPingInterval time.Duration
 	// NATSStoreDir holds the embedded server's JetStream files
 	// (NATS_STORE_DIR, default .data/nats).
 	NATSStoreDir string
@@ -147,6 +166,17 @@ type Config struct {
 	// LISTEN/NOTIFY (OUTBOX_POLL_INTERVAL, default outbox.DefaultPollInterval,
 	// 1s).
 	OutboxPollInterval time.Duration
+	// OutboxPublishTimeout bounds the dispatcher's wait for a batch's
+	// PubAcks; an event without its PubAck by then is a failed attempt,
+	// retried with backoff (OUTBOX_PUBLISH_TIMEOUT, default
+	// outbox.DefaultPublishTimeout, 10s; must be positive).
+	OutboxPublishTimeout time.Duration
+	// OutboxLease is how long a dispatcher's claim keeps its rows; rows
+	// whose mark did not commit (the dispatcher died, or the database
+	// stopped answering after the PubAcks) are published again after it
+	// (OUTBOX_LEASE, default outbox.DefaultLease, 30s; must be longer than
+	// OUTBOX_PUBLISH_TIMEOUT).
+	OutboxLease time.Duration
 	// OutboxMaxAttempts is after how many failed publishes an event is
 	// stuck until an operator retries it (OUTBOX_MAX_ATTEMPTS, default
 	// outbox.DefaultMaxAttempts, 10).
@@ -191,6 +221,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		LogLevel:         r.level("LOG_LEVEL", slog.LevelInfo),
 		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)), // #nosec G115 -- r.integer bounds it to 1..1000
 		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
+		DBConnectTimeout: r.duration("DB_CONNECT_TIMEOUT", postgres.DefaultConnectTimeout),
 		ReadTimeout:      r.duration("READ_TIMEOUT", 15*time.Second),
 		WriteTimeout:     r.duration("WRITE_TIMEOUT", 10*time.Second),
 		IdempotencyLease: r.duration("IDEMPOTENCY_LEASE", idempotency.DefaultLease),
@@ -213,15 +244,18 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		SweepBatch:            r.integer("SWEEP_BATCH", retention.DefaultBatchSize, 1, 100_000),
 		SweepDutyCycle:        r.fraction("SWEEP_DUTY_CYCLE", retention.DefaultDutyCycle),
 
-		NATSURL:             getenv("NATS_URL"),
-		NATSStoreDir:        r.str("NATS_STORE_DIR", ".data/nats"),
-		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", 2*time.Minute),
-		NATSStreamMaxAge:    r.duration("NATS_STREAM_MAX_AGE", 7*24*time.Hour),
-		OutboxDispatcher:    r.boolean("OUTBOX_DISPATCHER", true),
-		OutboxPollInterval:  r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval),
-		OutboxMaxAttempts:   r.integer("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, 1, 1000),
-		FulfillmentConsumer: r.boolean("FULFILLMENT_CONSUMER", true),
-		AdminToken:          getenv("ADMIN_TOKEN"),
+		NATSURL:              getenv("NATS_URL"),
+		NATSPingInterval:     r.duration("NATS_PING_INTERVAL", broker.DefaultPingInterval),
+		NATSStoreDir:         r.str("NATS_STORE_DIR", ".data/nats"),
+		NATSDuplicateWindow:  r.duration("NATS_DUPLICATE_WINDOW", 2*time.Minute),
+		NATSStreamMaxAge:     r.duration("NATS_STREAM_MAX_AGE", 7*24*time.Hour),
+		OutboxDispatcher:     r.boolean("OUTBOX_DISPATCHER", true),
+		OutboxPollInterval:   r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval),
+		OutboxPublishTimeout: r.duration("OUTBOX_PUBLISH_TIMEOUT", outbox.DefaultPublishTimeout),
+		OutboxLease:          r.duration("OUTBOX_LEASE", outbox.DefaultLease),
+		OutboxMaxAttempts:    r.integer("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, 1, 1000),
+		FulfillmentConsumer:  r.boolean("FULFILLMENT_CONSUMER", true),
+		AdminToken:           getenv("ADMIN_TOKEN"),
 	}
 	h, p, ops := retention.DefaultHorizons(), retention.DefaultPolicy(), Operations()
 	c.Horizons = retention.Horizons{
@@ -243,14 +277,30 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.RecovererBackoffMax < c.RecovererBackoff {
 		r.errs = append(r.errs, fmt.Errorf("RECOVERER_BACKOFF_MAX (%s) must be at least RECOVERER_BACKOFF (%s)", c.RecovererBackoffMax, c.RecovererBackoff))
 	}
-	if c.ReadTimeout <= 0 {
-		r.errs = append(r.errs, fmt.Errorf("READ_TIMEOUT (%s) must be positive: without it a client that sends its request slowly holds the connection forever", c.ReadTimeout))
+	for _, b := range []struct {
+		name string
+		d    time.Duration
+		why  string
+	}{
+		{"READ_TIMEOUT", c.ReadTimeout, "without it a client that sends its request slowly holds the connection forever"},
+		{"WRITE_TIMEOUT", c.WriteTimeout, "it bounds every request and worker round; without it a dependency that never answers holds them forever"},
+		{"DB_LOCK_TIMEOUT", c.DBLockTimeout, "without it a duplicate request waits for the first one as long as that takes"},
+		{"DB_CONNECT_TIMEOUT", c.DBConnectTimeout, "without it a database that accepts and never answers holds every new connection"},
+		{"PSP_TIMEOUT", c.PSPTimeout, "without it a provider that accepts and never answers holds the payment until WRITE_TIMEOUT, with no time left to release its claim"},
+		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout, "with none, SIGTERM would cut every request in flight"},
+		{"STARTUP_TIMEOUT", c.StartupTimeout, "it is how long api serve waits for the database and the broker"},
+		{"NATS_PING_INTERVAL", c.NATSPingInterval, "without pings a broker that stopped answering is never noticed"},
+		{"OUTBOX_PUBLISH_TIMEOUT", c.OutboxPublishTimeout, "without it the dispatcher waits for a PubAck that never comes"},
+	} {
+		if b.d <= 0 {
+			r.errs = append(r.errs, fmt.Errorf("%s (%s) must be positive: %s", b.name, b.d, b.why))
+		}
 	}
-	if c.StartupTimeout <= 0 {
-		r.errs = append(r.errs, fmt.Errorf("STARTUP_TIMEOUT (%s) must be positive: it is how long api serve waits for the database and the broker", c.StartupTimeout))
-	}
-	if c.PSPTimeout >= c.WriteTimeout {
+	if c.PSPTimeout > 0 && c.WriteTimeout > 0 && c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
+	}
+	if c.OutboxLease <= c.OutboxPublishTimeout {
+		r.errs = append(r.errs, fmt.Errorf("OUTBOX_LEASE (%s) must be longer than OUTBOX_PUBLISH_TIMEOUT (%s): another dispatcher would publish rows that are still being published", c.OutboxLease, c.OutboxPublishTimeout))
 	}
 	if c.IdempotencyLease <= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("IDEMPOTENCY_LEASE (%s) must be longer than WRITE_TIMEOUT (%s): a retry or the recoverer would take over an attempt that is still running", c.IdempotencyLease, c.WriteTimeout))

@@ -74,8 +74,9 @@ func (a *App) connect(ctx context.Context) error {
 func (a *App) connectDatabase(ctx context.Context) error {
 	return a.waitFor(ctx, depDatabase, func(ctx context.Context) error {
 		pool, err := postgres.Open(ctx, a.cfg.DatabaseURL, postgres.PoolConfig{
-			MaxConns:    a.cfg.DBMaxConns,
-			LockTimeout: a.cfg.DBLockTimeout,
+			MaxConns:       a.cfg.DBMaxConns,
+			LockTimeout:    a.cfg.DBLockTimeout,
+			ConnectTimeout: a.cfg.DBConnectTimeout,
 		})
 		if postgres.IsRejected(err) {
 			return permanent(err) // it answered, and refused us: waiting will not change that

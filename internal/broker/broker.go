@@ -109,16 +109,71 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 	return nil
 }
 
+// Defaults of the connection (ConnectOption).
+const (
+	// DefaultConnectTimeout bounds dialling the server and the protocol's
+	// opening exchange, on the first connect and on every reconnect.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultPingInterval is how often the client pings the server. Two
+	// pings without their answer mark the connection stale and the client
+	// reconnects, so a server that accepts and never answers (a
+	// partition, a frozen host) is noticed within two to three intervals.
+	// NATS's own default is two minutes.
+	DefaultPingInterval = 10 * time.Second
+)
+
+// maxPingsOut is how many pings may be unanswered before the connection is
+// stale (NATS's default).
+const maxPingsOut = 2
+
+// connectConfig is what the ConnectOptions tune.
+type connectConfig struct {
+	connectTimeout time.Duration
+	pingInterval   time.Duration
+}
+
+// ConnectOption configures Connect. An option given a value that is not
+// positive keeps its default.
+type ConnectOption func(*connectConfig)
+
+// WithConnectTimeout bounds dialling the server and the opening exchange
+// (default DefaultConnectTimeout, 5s).
+func WithConnectTimeout(d time.Duration) ConnectOption {
+	return func(c *connectConfig) {
+		if d > 0 {
+			c.connectTimeout = d
+		}
+	}
+}
+
+// WithPingInterval is how often the client pings the server (default
+// DefaultPingInterval, 10s; NATS_PING_INTERVAL): it bounds how long a
+// server that stopped answering goes unnoticed.
+func WithPingInterval(d time.Duration) ConnectOption {
+	return func(c *connectConfig) {
+		if d > 0 {
+			c.pingInterval = d
+		}
+	}
+}
+
 // Connect connects to the NATS server at url and returns the connection and
 // its JetStream context. The connection reconnects forever: while the broker
 // is away, the outbox keeps the events (the dispatcher records failed
 // attempts and backs off) and consumers simply receive nothing, so there is
-// no point at which giving up would help. name shows in the server's
-// connection list.
-func Connect(url, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// no point at which giving up would help. A broker that accepts and never
+// answers is noticed by the pings (WithPingInterval) and treated the same
+// way. name shows in the server's connection list.
+func Connect(url, name string, logger *slog.Logger, opts ...ConnectOption) (*nats.Conn, jetstream.JetStream, error) {
+	cfg := connectConfig{connectTimeout: DefaultConnectTimeout, pingInterval: DefaultPingInterval}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	nc, err := nats.Connect(url,
 		nats.Name(name),
-		nats.Timeout(5*time.Second),
+		nats.Timeout(cfg.connectTimeout),
+		nats.PingInterval(cfg.pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/wire"
 )
@@ -55,12 +56,17 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
-// toProblem classifies err: an application error as it is, echo's own
+// toProblem classifies err: an application error as it is, a database that
+// could not be reached or did not answer in time as unavailable, echo's own
 // routing and limit errors by status, everything else as internal.
 func toProblem(err error) *problem.Error {
 	var pe *problem.Error
 	if errors.As(err, &pe) {
 		return pe
+	}
+	if postgres.IsUnavailable(err) {
+		return &problem.Error{Code: problem.ServiceUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "The database is not reachable or did not answer in time. Retry shortly; with the same Idempotency-Key a retry is safe."}
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

@@ -34,6 +34,18 @@ func clientRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// requestDeadline ends every request's context after d (WithRequestTimeout).
+func requestDeadline(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
 // requestLogger writes one JSON log line per request. Every value in it
 // that the client chose is bounded (wire.Loggable), and the idempotency key
 // is logged as the key only when it is valid. The request id (one
@@ -73,7 +85,7 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 				attrs = append(attrs, slog.String("tenant", t.Slug))
 			}
 			if err != nil {
-				attrs = append(attrs, slog.String("code", string(problem.CodeOf(err))))
+				attrs = append(attrs, slog.String("code", string(toProblem(err).Code)))
 			}
 			level := slog.LevelInfo
 			switch {

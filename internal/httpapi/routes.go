@@ -37,6 +37,25 @@ type options struct {
 	attentionToken string
 	observe        func(method, route string, status int, d time.Duration)
 	admission      *Admission
+	requestTimeout time.Duration
+}
+
+// DefaultRequestTimeout bounds the work of one request unless
+// WithRequestTimeout says otherwise.
+const DefaultRequestTimeout = 10 * time.Second
+
+// WithRequestTimeout bounds the work of every request (default
+// DefaultRequestTimeout, 10s; internal/app sets WRITE_TIMEOUT): its
+// context ends after d, so a database or provider that accepts and never
+// answers costs a request d, and its client a 503, never a hung
+// connection. Operations that must run to their end (internal/operation)
+// detach from it and keep a bound of their own.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.requestTimeout = d
+		}
+	}
 }
 
 // WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
@@ -86,8 +105,9 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
 	o := options{
-		observe:   func(string, string, int, time.Duration) {},
-		admission: NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait),
+		observe:        func(string, string, int, time.Duration) {},
+		admission:      NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait),
+		requestTimeout: DefaultRequestTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -102,6 +122,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		clientRequestID,
 		middleware.RequestID(),
 		requestLogger(logger, o.observe),
+		requestDeadline(o.requestTimeout),
 		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 		// Past capacity, shed at once, before the key check and the body

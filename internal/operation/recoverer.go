@@ -111,6 +111,10 @@ func (rc *Recoverer) claimExpired(ctx context.Context) (*idempotency.Claim, erro
 		ops = append(ops, op)
 	}
 	var claims []*idempotency.Claim
+	// Bounded like a request: a database that stopped answering must not
+	// hold the round (and the shutdown that waits for it) forever.
+	ctx, cancel := context.WithTimeout(ctx, rc.r.writeTimeout)
+	defer cancel()
 	err := postgres.InTx(ctx, rc.r.pool, func(tx pgx.Tx) error {
 		var err error
 		claims, err = rc.r.store.ClaimExpired(ctx, tx, ops, 1, rc.r.bound.wait)

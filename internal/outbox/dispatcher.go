@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -40,13 +41,17 @@ type dispatcherConfig struct {
 	concurrency    int
 	backoffBase    time.Duration
 	backoffMax     time.Duration
+	dbTimeout      time.Duration
+	listenCheck    time.Duration
 }
 
 // The defaults of the options that the service's configuration also sets
-// (OUTBOX_POLL_INTERVAL, OUTBOX_MAX_ATTEMPTS).
+// (OUTBOX_POLL_INTERVAL, OUTBOX_MAX_ATTEMPTS, OUTBOX_PUBLISH_TIMEOUT).
 const (
-	DefaultPollInterval = time.Second
-	DefaultMaxAttempts  = 10
+	DefaultPollInterval   = time.Second
+	DefaultMaxAttempts    = 10
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultLease          = 30 * time.Second
 )
 
 func (c dispatcherConfig) withDefaults() dispatcherConfig {
@@ -54,13 +59,13 @@ func (c dispatcherConfig) withDefaults() dispatcherConfig {
 		c.batchSize = 500
 	}
 	if c.lease <= 0 {
-		c.lease = 30 * time.Second
+		c.lease = DefaultLease
 	}
 	if c.pollInterval <= 0 {
 		c.pollInterval = DefaultPollInterval
 	}
 	if c.publishTimeout <= 0 {
-		c.publishTimeout = 10 * time.Second
+		c.publishTimeout = DefaultPublishTimeout
 	}
 	if c.maxAttempts <= 0 {
 		c.maxAttempts = DefaultMaxAttempts
@@ -73,6 +78,12 @@ func (c dispatcherConfig) withDefaults() dispatcherConfig {
 	}
 	if c.backoffMax <= 0 {
 		c.backoffMax = 5 * time.Minute
+	}
+	if c.dbTimeout <= 0 {
+		c.dbTimeout = 5 * time.Second
+	}
+	if c.listenCheck <= 0 {
+		c.listenCheck = 30 * time.Second
 	}
 	return c
 }
@@ -110,7 +121,8 @@ type DispatcherOption func(*Dispatcher)
 // UPDATE, so larger batches mean fewer round trips.
 func WithBatchSize(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.batchSize = n } }
 
-// WithLease is how long a claimed row stays the claimer's (default 30s). It
+// WithLease is how long a claimed row stays the claimer's (default
+// DefaultLease, 30s). It
 // must comfortably exceed the publish timeout: a row whose lease runs out
 // while it is still being published is claimed and published again by
 // another dispatcher (harmless, but wasted).
@@ -122,10 +134,30 @@ func WithPollInterval(i time.Duration) DispatcherOption {
 	return func(d *Dispatcher) { d.cfg.pollInterval = i }
 }
 
-// WithPublishTimeout bounds the wait for a batch's PubAcks (default 10s). A
-// row without its PubAck by then counts as a failed attempt.
+// WithPublishTimeout bounds the wait for a batch's PubAcks (default
+// DefaultPublishTimeout, 10s). A row without its PubAck by then counts as a
+// failed attempt.
 func WithPublishTimeout(t time.Duration) DispatcherOption {
 	return func(d *Dispatcher) { d.cfg.publishTimeout = t }
+}
+
+// WithDatabaseTimeout bounds each of the dispatcher's statements on our side
+// (default 5s): the claim, the mark and the record of failures, and the
+// check that the listening connection is alive. The server's
+// statement_timeout cannot end a wait for a database that stopped
+// answering; this does, and the next round (or, for a mark, the lease)
+// carries on once it answers again.
+func WithDatabaseTimeout(t time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.dbTimeout = t }
+}
+
+// WithListenCheck is how long the listening connection may stay quiet
+// before the dispatcher checks that the database is still there (default
+// 30s): a connection whose peer vanished without closing it would
+// otherwise wait for notifications forever, and only polling would
+// remain.
+func WithListenCheck(quiet time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.listenCheck = quiet }
 }
 
 // WithMaxAttempts is the number of failed attempts after which a row is
@@ -294,12 +326,14 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	}
 	now := d.nowUTC()
 	began := time.Now()
-	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
+	claimCtx, cancelClaim := context.WithTimeout(ctx, d.cfg.dbTimeout)
+	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(claimCtx, dbsqlc.OutboxClaimBatchParams{
 		Now:        now,
 		MaxRows:    int32(d.cfg.batchSize), // #nosec G115 -- the batch size is set in code (default 500), never near MaxInt32
 		LeaseUntil: now.Add(d.cfg.lease),
 		Token:      token,
 	})
+	cancelClaim()
 	if err != nil {
 		return Result{}, fmt.Errorf("claim outbox batch: %w", err)
 	}
@@ -315,7 +349,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	// UPDATE ... RETURNING keeps no order; publish oldest first.
 	slices.SortFunc(rows, func(a, b dbsqlc.OutboxEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.publishTimeout+5*time.Second)
+	// Publishing waits at most the publish timeout, and each statement
+	// after it at most the database timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.publishTimeout+2*d.cfg.dbTimeout)
 	defer cancel()
 	claimed := time.Now()
 	errs := d.publish(ctx, rows)
@@ -342,7 +378,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	if len(published) > 0 {
-		n, err := dbsqlc.New(d.book).OutboxMarkPublished(ctx, dbsqlc.OutboxMarkPublishedParams{PublishedAt: d.nowUTC(), Ids: published})
+		markCtx, cancelMark := context.WithTimeout(ctx, d.cfg.dbTimeout)
+		n, err := dbsqlc.New(d.book).OutboxMarkPublished(markCtx, dbsqlc.OutboxMarkPublishedParams{PublishedAt: d.nowUTC(), Ids: published})
+		cancelMark()
 		if err != nil {
 			// The rows stay leased and are published again after the
 			// lease: a duplicate the stream's window or the inbox absorbs.
@@ -406,7 +444,9 @@ func (d *Dispatcher) recordFailures(ctx context.Context, token uuid.UUID, rows [
 		p.NextAttemptAts = append(p.NextAttemptAts, now.Add(Backoff(attempts, d.cfg.backoffBase, d.cfg.backoffMax, rand.Float64()))) // #nosec G404 -- backoff jitter; nothing depends on it being unpredictable
 		p.Stuck = append(p.Stuck, attempts >= d.cfg.maxAttempts)
 	}
-	recorded, err := dbsqlc.New(d.book).OutboxRecordFailures(ctx, p)
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.dbTimeout)
+	defer cancel()
+	recorded, err := dbsqlc.New(d.book).OutboxRecordFailures(rctx, p)
 	if err != nil {
 		return 0, fmt.Errorf("record %d failed outbox publishes: %w", len(failed), err)
 	}
@@ -496,7 +536,9 @@ func (d *Dispatcher) round(ctx context.Context) {
 }
 
 // listen holds a LISTEN connection and turns notifications into Notify
-// calls, reconnecting with backoff until ctx is cancelled.
+// calls, reconnecting with backoff until ctx is cancelled. A connection
+// quiet for WithListenCheck is pinged (bounded by WithDatabaseTimeout), so
+// one whose peer vanished is replaced instead of waited on forever.
 func (d *Dispatcher) listen(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
@@ -528,10 +570,26 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	// Rows committed while nobody listened were announced to nobody.
 	d.Notify()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		wait, cancel := context.WithTimeout(ctx, d.cfg.listenCheck)
+		_, err := conn.WaitForNotification(wait)
+		cancel()
+		switch {
+		case err == nil:
+			d.Notify()
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		d.Notify()
+		// Quiet for a while: is anybody still there? A timed-out wait
+		// leaves the connection usable.
+		ping, cancel := context.WithTimeout(ctx, d.cfg.dbTimeout)
+		err = conn.Ping(ping)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listening connection does not answer: %w", err)
+		}
 	}
 }
 

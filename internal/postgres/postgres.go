@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -26,9 +28,22 @@ type PoolConfig struct {
 	// after it, the duplicate gets 409 request_in_progress instead of holding a
 	// connection for as long as the first request takes.
 	LockTimeout time.Duration
-	// StatementTimeout bounds each statement (default 30s).
+	// StatementTimeout bounds each statement on the server (default 30s).
+	// The server enforces it, so it cannot end a wait for a server that no
+	// longer answers: that is what the callers' context deadlines are for.
 	StatementTimeout time.Duration
+	// ConnectTimeout bounds opening one connection: the dial, TLS and the
+	// startup and authentication exchange (default DefaultConnectTimeout,
+	// 5s). Without it a server that accepts and never answers would hold a
+	// new connection, and with it a slot of the pool, until the server's own
+	// authentication_timeout (a minute), or forever if nobody is there. A
+	// connect_timeout in the database URL wins over it.
+	ConnectTimeout time.Duration
 }
+
+// DefaultConnectTimeout bounds opening a connection unless
+// PoolConfig.ConnectTimeout or the URL's connect_timeout says otherwise.
+const DefaultConnectTimeout = 5 * time.Second
 
 // Open connects a pool to databaseURL and checks that the server answers.
 func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool, error) {
@@ -45,7 +60,13 @@ func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool
 	if pc.StatementTimeout == 0 {
 		pc.StatementTimeout = 30 * time.Second
 	}
+	if pc.ConnectTimeout == 0 {
+		pc.ConnectTimeout = DefaultConnectTimeout
+	}
 	cfg.MaxConns = pc.MaxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 { // the URL did not set connect_timeout
+		cfg.ConnConfig.ConnectTimeout = pc.ConnectTimeout
+	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(pc.StatementTimeout.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["application_name"] = "oncepay"
@@ -138,6 +159,24 @@ func IsUniqueViolation(err error, constraint string) bool {
 		return false
 	}
 	return constraint == "" || pgErr.ConstraintName == constraint
+}
+
+// IsUnavailable reports whether err says that the database could not be
+// reached or did not answer in time, rather than that it refused the
+// work: a deadline that ran out (the caller's, or the connect timeout), a
+// connection that could not be opened, or one that broke mid-statement.
+// The work may or may not have happened; repeating it (with the same
+// idempotency key) is safe, and the answer is 503, not 500.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
+		errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // IsLockTimeout reports whether err is a lock wait that ran out of

@@ -156,6 +156,10 @@ type Report struct {
 const (
 	batchStatementTimeout = 5 * time.Second
 	batchLockTimeout      = 100 * time.Millisecond
+	// batchTimeout bounds a batch's transaction on our side: the server's
+	// statement timeout cannot end a wait for a database that stopped
+	// answering (a partition), this does, and the next sweep carries on.
+	batchTimeout = 2 * batchStatementTimeout
 )
 
 // SweepOnce deletes every expired record, a batch per transaction, until
@@ -178,21 +182,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 	}
 	for _, k := range kinds {
 		for {
-			var n int64
 			started := time.Now()
-			err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-				// synchronous_commit off: a batch does not wait for its WAL
-				// flush. If a crash loses it, its rows come back and the next
-				// sweep deletes them again; nothing depends on their absence.
-				if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true),
-					set_config('synchronous_commit', 'off', true)`,
-					fmt.Sprint(batchStatementTimeout.Milliseconds()), fmt.Sprint(batchLockTimeout.Milliseconds())); err != nil {
-					return err
-				}
-				var err error
-				n, err = k.delete(ctx, tx, k.cutoff, s.batch)
-				return err
-			})
+			n, err := s.deleteBatch(ctx, k.delete, k.cutoff)
 			if err != nil {
 				return rep, fmt.Errorf("sweep %s: %w", k.name, err)
 			}
@@ -205,7 +196,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			}
 		}
 	}
-	stuck, err := s.tables.CountStuck(ctx, s.pool, now.Add(-s.stuckAfter))
+	cctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	stuck, err := s.tables.CountStuck(cctx, s.pool, now.Add(-s.stuckAfter))
+	cancel()
 	if err != nil {
 		return rep, fmt.Errorf("count stuck operations: %w", err)
 	}
@@ -216,6 +209,28 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			"stuck", stuck, "stuck_after", s.stuckAfter)
 	}
 	return rep, nil
+}
+
+// deleteBatch deletes one batch of expired records with del, in a
+// transaction of its own, bounded by batchTimeout.
+func (s *Sweeper) deleteBatch(ctx context.Context, del DeleteFunc, cutoff time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
+	var n int64
+	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// synchronous_commit off: a batch does not wait for its WAL
+		// flush. If a crash loses it, its rows come back and the next
+		// sweep deletes them again; nothing depends on their absence.
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true),
+			set_config('synchronous_commit', 'off', true)`,
+			fmt.Sprint(batchStatementTimeout.Milliseconds()), fmt.Sprint(batchLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		var err error
+		n, err = del(ctx, tx, cutoff, s.batch)
+		return err
+	})
+	return n, err
 }
 
 // pace pauses after a full batch that took took, so that deleting stays

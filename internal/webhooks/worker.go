@@ -35,7 +35,13 @@ type Worker struct {
 	wake    chan struct{}
 	events  *outbox.Signal
 	observe func(result string)
+	// roundTimeout bounds one ProcessOnce of Run (WithRoundTimeout).
+	roundTimeout time.Duration
 }
+
+// DefaultRoundTimeout bounds one round of Run unless WithRoundTimeout says
+// otherwise.
+const DefaultRoundTimeout = 10 * time.Second
 
 // The results of processing one receipt, as WithApplyObserver reports them.
 const (
@@ -62,6 +68,20 @@ func WithApplyObserver(fn func(result string)) WorkerOption {
 	return func(w *Worker) { w.observe = fn }
 }
 
+// WithRoundTimeout bounds each round of Run, one transaction over at most
+// BatchSize receipts (default DefaultRoundTimeout, 10s; internal/app sets
+// WRITE_TIMEOUT; not positive keeps the default). A database that stops
+// answering mid-round would otherwise hold the worker, and the receipts it
+// locked, until the connection dies; the round is rolled back instead, and
+// the next one carries on once the database answers.
+func WithRoundTimeout(d time.Duration) WorkerOption {
+	return func(w *Worker) {
+		if d > 0 {
+			w.roundTimeout = d
+		}
+	}
+}
+
 // WithSignal tells s after a round that applied receipts committed:
 // applying a charge or refund appends its event, and s wakes the outbox
 // dispatcher of this process (outbox.WithSignal). The default is none: the
@@ -73,7 +93,7 @@ func WithSignal(s *outbox.Signal) WorkerOption {
 // NewWorker returns a worker. Pass its Notify to NewReceiver (WithNotify) so
 // a new receipt wakes Run at once.
 func NewWorker(pool *pgxpool.Pool, pay *payments.Service, logger *slog.Logger, now func() time.Time, opts ...WorkerOption) *Worker {
-	w := &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}}
+	w := &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}, roundTimeout: DefaultRoundTimeout}
 	for _, o := range opts {
 		o(w)
 	}
@@ -284,7 +304,9 @@ func (w *Worker) Run(ctx context.Context, interval time.Duration) error {
 // round calls ProcessOnce while it finishes full batches.
 func (w *Worker) round(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := w.ProcessOnce(ctx, BatchSize)
+		rctx, cancel := context.WithTimeout(ctx, w.roundTimeout)
+		n, err := w.ProcessOnce(rctx, BatchSize)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				w.logger.ErrorContext(ctx, "webhook worker round", "error", err.Error())
