@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
@@ -34,8 +31,11 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 	revertMigrations(t, cfg.DatabaseURL)
-	db := newOffProxy(t, cfg.DatabaseURL)
-	cfg.DatabaseURL = db.url
+	// A real fault proxy in front of the database, off at first: a
+	// database that is not up yet.
+	db := testkit.StartFaultProxy(t, testkit.Upstream(t, cfg.DatabaseURL))
+	db.Down()
+	cfg.DatabaseURL = db.Through(t, cfg.DatabaseURL)
 	cfg.AutoMigrate = true
 	natsPort := freePort(t)
 	cfg.NATSURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
@@ -102,9 +102,7 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	})
 
 	// The database comes; the service still waits for the broker.
-	if err := db.p.Start(); err != nil {
-		t.Fatalf("turn the database proxy on: %v", err)
-	}
+	db.Up(t)
 	testkit.WaitFor(t, 30*time.Second, "/readyz to wait for NATS only", func() bool { return notReady("NATS") })
 
 	// The broker comes: ready, without a restart, with the schema migrated.
@@ -240,36 +238,6 @@ func revertMigrations(t *testing.T, dbURL string) {
 	if err := m.Down(int(latest)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// offProxy is a real TCP fault proxy (toxiproxy) in front of a test's
-// database that does not listen until the test turns it on (p.Start): a
-// database that is not up yet.
-type offProxy struct {
-	p   *toxiproxy.Proxy
-	url string
-}
-
-func newOffProxy(t *testing.T, dbURL string) *offProxy {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, t.Name(), "127.0.0.1:0", u.Host)
-	// Started once to hold a port of its own, then turned off.
-	if err := p.Start(); err != nil {
-		t.Fatalf("start proxy: %v", err)
-	}
-	p.Stop()
-	t.Cleanup(p.Stop)
-	_, port, err := net.SplitHostPort(p.Listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = net.JoinHostPort("127.0.0.1", port)
-	return &offProxy{p: p, url: u.String()}
 }
 
 // freePort returns a loopback port that was free a moment ago and has

@@ -39,6 +39,19 @@ func StartFaultProxy(t testing.TB, upstream string) *FaultProxy {
 	return &FaultProxy{Addr: p.Listen, p: p}
 }
 
+// Down stops the proxy: it no longer listens, and the connections through
+// it are closed. A dependency that is not up (yet): a dial gets connection
+// refused. Up brings it back on the same address.
+func (f *FaultProxy) Down() { f.p.Stop() }
+
+// Up listens again on Addr after Down, faults kept.
+func (f *FaultProxy) Up(t testing.TB) {
+	t.Helper()
+	if err := f.p.Start(); err != nil {
+		t.Fatalf("restart fault proxy on %s: %v", f.Addr, err)
+	}
+}
+
 // Through returns rawURL (postgres://, nats://, http://...) with its host
 // and port replaced by the proxy's, so that a client of rawURL goes through
 // the proxy.
