@@ -75,7 +75,8 @@ type Config struct {
 	// MaxInFlight bounds the requests of /v1, /webhooks and /demo worked on
 	// at once (MAX_IN_FLIGHT, default httpapi.DefaultMaxInFlight, 40: about twice DB_MAX_CONNS); one
 	// more waits up to AdmissionWait for a slot (ADMISSION_WAIT, default
-	// httpapi.DefaultAdmissionWait, 100ms) and then gets 503 overloaded with
+	// httpapi.DefaultAdmissionWait, 100ms; shorter than WriteTimeout, the
+	// request's deadline it counts against) and then gets 503 overloaded with
 	// Retry-After, before anything is read or done. Probes, /metrics and the
 	// operator's endpoints are never shed.
 	MaxInFlight   int
@@ -298,6 +299,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.PSPTimeout > 0 && c.WriteTimeout > 0 && c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
+	}
+	if c.WriteTimeout > 0 && c.AdmissionWait >= c.WriteTimeout {
+		r.errs = append(r.errs, fmt.Errorf("ADMISSION_WAIT (%s) must be shorter than WRITE_TIMEOUT (%s): the wait for a slot counts against the request's deadline, which would end it first", c.AdmissionWait, c.WriteTimeout))
 	}
 	if c.OutboxLease <= c.OutboxPublishTimeout {
 		r.errs = append(r.errs, fmt.Errorf("OUTBOX_LEASE (%s) must be longer than OUTBOX_PUBLISH_TIMEOUT (%s): another dispatcher would publish rows that are still being published", c.OutboxLease, c.OutboxPublishTimeout))

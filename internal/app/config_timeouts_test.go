@@ -65,4 +65,12 @@ func TestTimeoutsAreBoundedAndValidated(t *testing.T) {
 		!strings.Contains(err.Error(), "OUTBOX_LEASE (5s) must be longer than OUTBOX_PUBLISH_TIMEOUT (5s)") {
 		t.Errorf("a lease as long as the publish timeout: %v", err)
 	}
+
+	// The wait for an admission slot runs on the request's deadline
+	// (WRITE_TIMEOUT): as long, and the deadline would end it first.
+	env = map[string]string{"DATABASE_URL": "postgres://x", "ADMISSION_WAIT": "10s", "WRITE_TIMEOUT": "10s"}
+	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
+		!strings.Contains(err.Error(), "ADMISSION_WAIT (10s) must be shorter than WRITE_TIMEOUT (10s)") {
+		t.Errorf("an admission wait as long as the request's deadline: %v", err)
+	}
 }
