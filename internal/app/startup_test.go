@@ -38,7 +38,10 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	cfg.DatabaseURL = db.Through(t, cfg.DatabaseURL)
 	cfg.AutoMigrate = true
 	natsPort := freePort(t)
-	cfg.NATSURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	// The server that comes later accepts only this token, as any
+	// embedded one accepts only its own.
+	const natsToken = "startuptesttoken"
+	cfg.NATSURL = fmt.Sprintf("nats://%s@127.0.0.1:%d", natsToken, natsPort)
 	var nsrv *broker.Embedded
 	t.Cleanup(func() { // after the service's cleanup below
 		if nsrv != nil {
@@ -106,7 +109,7 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "/readyz to wait for NATS only", func() bool { return notReady("NATS") })
 
 	// The broker comes: ready, without a restart, with the schema migrated.
-	if nsrv, err = broker.StartEmbedded(t.TempDir(), logger, broker.WithPort(natsPort)); err != nil {
+	if nsrv, err = broker.StartEmbedded(t.TempDir(), logger, broker.WithPort(natsPort), broker.WithToken(natsToken)); err != nil {
 		t.Fatalf("start nats: %v", err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "/readyz to answer 200", func() bool {
