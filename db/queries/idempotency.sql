@@ -4,9 +4,9 @@
 -- transaction first (bounded by lock_timeout).
 INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
 ) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING *;
@@ -80,3 +80,10 @@ WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_
 -- IdempotencyCountStuck counts pending idempotency records whose lease ran
 -- out before cutoff: operations nobody has settled for a long time.
 SELECT count(*) FROM api_idempotency WHERE state = 'pending' AND locked_until < @cutoff::timestamptz;
+
+-- name: IdempotencyTraceContext :one
+-- IdempotencyTraceContext reads the trace context the claim stored, for a
+-- trace that links to the original request's (a webhook that finished the
+-- operation).
+SELECT trace_context FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;

@@ -14,9 +14,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/demo"
@@ -30,6 +36,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -57,6 +64,10 @@ type App struct {
 	// webhookWorker applies received provider webhooks.
 	webhookWorker *webhooks.Worker
 	tenants       *tenants.Service
+	// traces is the OTLP exporting tracer provider New built (nil with
+	// tracing off, or with a provider from WithTracerProvider); Close
+	// flushes it.
+	traces *sdktrace.TracerProvider
 }
 
 // Option changes how New builds the service. Only tests use options: they
@@ -67,6 +78,14 @@ type options struct {
 	operationHooks   operation.Hooks
 	outboxHooks      outbox.DispatcherHooks
 	fulfillmentHooks fulfillment.Hooks
+	tracerProvider   trace.TracerProvider
+}
+
+// WithTracerProvider traces the service with tp instead of the OTLP
+// exporter cfg.TracesEndpoint configures: the trace tests pass the SDK's
+// with an in-memory recorder (default: none, unless the endpoint is set).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
 }
 
 // WithOperationHooks injects faults into every idempotent operation
@@ -98,13 +117,30 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	for _, opt := range opts {
 		opt(&o)
 	}
-	pool, err := OpenDatabase(ctx, cfg)
+	// Tracing is on with a provider: then the request, its queries, the
+	// provider calls, the outbox, the consumer, the recoverer and the
+	// webhook worker start spans, and log lines carry trace_id and span_id.
+	// Off, none of them is even wrapped (tracing.Disabled).
+	tp, traces, err := tracerProvider(ctx, cfg, o)
 	if err != nil {
+		return nil, err
+	}
+	traced := tp != nil
+	var dbTracer pgx.QueryTracer
+	if traced {
+		logger = slog.New(tracing.LogHandler(logger.Handler()))
+		dbTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()))
+	} else {
+		tp = tracing.Disabled()
+	}
+	pool, err := openDatabase(ctx, cfg, dbTracer)
+	if err != nil {
+		shutdownTraces(traces)
 		return nil, err
 	}
 	// a is not the named result: every error path returns nil for it, and
 	// the cleanup must still see what was opened so far.
-	a := &App{cfg: cfg, logger: logger, pool: pool}
+	a := &App{cfg: cfg, logger: logger, pool: pool, traces: traces}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -134,7 +170,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 	ops := operation.NewRunner(pool, idem, logger,
 		operation.WithWriteTimeout(cfg.WriteTimeout),
 		operation.WithAfterCommit(a.events.Committed),
-		operation.WithHooks(o.operationHooks))
+		operation.WithHooks(o.operationHooks),
+		operation.WithTracerProvider(tp))
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
@@ -142,15 +179,20 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 			return nil, fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
-	provider := payments.NewProvider(cfg.PSPURL,
-		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall))
+	providerOpts := []payments.ProviderOption{
+		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall),
+	}
+	if traced {
+		providerOpts = append(providerOpts, payments.WithTracerProvider(tp))
+	}
+	provider := payments.NewProvider(cfg.PSPURL, providerOpts...)
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
-	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
+	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o, tp); err != nil {
 		return nil, err
 	}
 	verifier, err := webhooks.NewVerifier(cfg.PSPWebhookSecrets, now)
@@ -158,7 +200,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
-		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
+		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed), webhooks.WithTracerProvider(tp))
 	demoOpts := []demo.HandlerOption{
 		demo.WithDemoMode(cfg.DemoMode),
 		demo.WithReplay(func(ctx context.Context, id uuid.UUID) error {
@@ -184,7 +226,43 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.T
 		logger,
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP))
+	if traced {
+		// The request's server span (and the trace context a client sent)
+		// wraps the whole handler; httpapi names it after the route and
+		// puts the tenant and the idempotency decision on it.
+		a.handler = otelhttp.NewHandler(a.handler, "http request",
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator()),
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider())) // requests are counted by WithRequestObserver
+	}
 	return a, nil
+}
+
+// tracerProvider returns the provider to trace with: the one the options
+// give, or an OTLP exporter to cfg.TracesEndpoint (also returned, for Close
+// to flush), or nil with tracing off.
+func tracerProvider(ctx context.Context, cfg Config, o options) (trace.TracerProvider, *sdktrace.TracerProvider, error) {
+	if o.tracerProvider != nil {
+		return o.tracerProvider, nil, nil
+	}
+	if cfg.TracesEndpoint == "" {
+		return nil, nil, nil
+	}
+	sdk, err := tracing.NewProvider(ctx, cfg.TracesEndpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdk, sdk, nil
+}
+
+// shutdownTraces exports the spans still buffered, for at most five
+// seconds: a collector that does not answer must not hold up a shutdown.
+func shutdownTraces(tp *sdktrace.TracerProvider) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tp.Shutdown(ctx) // the spans are lost either way; the service's own work is done
 }
 
 // The results of oncepay_consumer_messages_total.
@@ -216,7 +294,7 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 // startEvents connects the broker (embedding one unless NATS_URL is set),
 // declares the stream, and builds the outbox dispatcher and the fulfillment
 // consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) error {
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options, tp trace.TracerProvider) error {
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		var err error
@@ -236,7 +314,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
-			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
+			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks),
+			outbox.WithTracerProvider(tp)); err != nil {
 			return err
 		}
 	}
@@ -249,7 +328,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 				}
 				m.Consumed(fulfillment.Subscriber, result)
 			}),
-			fulfillment.WithHooks(o.fulfillmentHooks))
+			fulfillment.WithHooks(o.fulfillmentHooks),
+			fulfillment.WithTracerProvider(tp))
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}
@@ -297,6 +377,7 @@ func (a *App) Close() {
 		a.nats.Shutdown()
 	}
 	a.pool.Close()
+	shutdownTraces(a.traces)
 }
 
 // Serve runs the API and the background workers until ctx is cancelled,

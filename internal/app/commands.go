@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -26,6 +27,11 @@ import (
 // OpenDatabase applies pending migrations (unless cfg.AutoMigrate is off)
 // and opens the pool.
 func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	return openDatabase(ctx, cfg, nil)
+}
+
+// openDatabase is OpenDatabase with a query tracer (nil: none).
+func openDatabase(ctx context.Context, cfg Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	if cfg.AutoMigrate {
 		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
 			return nil, err
@@ -34,6 +40,7 @@ func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	return postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
 		MaxConns:    cfg.DBMaxConns,
 		LockTimeout: cfg.DBLockTimeout,
+		Tracer:      tracer,
 	})
 }
 

@@ -59,7 +59,7 @@ WITH expired AS (
 UPDATE api_idempotency a SET locked_until = $1, updated_at = $2
 FROM expired e
 WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
-RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at
+RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at, a.trace_context
 `
 
 type IdempotencyClaimExpiredParams struct {
@@ -104,6 +104,7 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.ExpiresAt,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -205,7 +206,7 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 `
 
@@ -237,12 +238,13 @@ func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const idempotencyGetForUpdate = `-- name: IdempotencyGetForUpdate :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 FOR UPDATE
 `
@@ -273,6 +275,7 @@ func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg IdempotencyGe
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -280,12 +283,12 @@ func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg IdempotencyGe
 const idempotencyInsert = `-- name: IdempotencyInsert :one
 INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
 ) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, trace_context
 `
 
 type IdempotencyInsertParams struct {
@@ -297,6 +300,7 @@ type IdempotencyInsertParams struct {
 	RequestID      string
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
+	TraceContext   []byte
 }
 
 // IdempotencyInsert claims a key. It returns no row (pgx.ErrNoRows) when
@@ -312,6 +316,7 @@ func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertPa
 		arg.RequestID,
 		arg.CreatedAt,
 		arg.ExpiresAt,
+		arg.TraceContext,
 	)
 	var i ApiIdempotency
 	err := row.Scan(
@@ -331,6 +336,28 @@ func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertPa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.TraceContext,
 	)
 	return i, err
+}
+
+const idempotencyTraceContext = `-- name: IdempotencyTraceContext :one
+SELECT trace_context FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+`
+
+type IdempotencyTraceContextParams struct {
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyTraceContext reads the trace context the claim stored, for a
+// trace that links to the original request's (a webhook that finished the
+// operation).
+func (q *Queries) IdempotencyTraceContext(ctx context.Context, arg IdempotencyTraceContextParams) ([]byte, error) {
+	row := q.db.QueryRow(ctx, idempotencyTraceContext, arg.TenantID, arg.Operation, arg.IdempotencyKey)
+	var trace_context []byte
+	err := row.Scan(&trace_context)
+	return trace_context, err
 }

@@ -27,4 +27,5 @@ type ApiIdempotency struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	ExpiresAt       time.Time
+	TraceContext    []byte
 }
