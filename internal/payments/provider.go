@@ -95,12 +95,17 @@ func WithTracerProvider(tp trace.TracerProvider) ProviderOption {
 }
 
 // providerKeyTransport puts the request's Idempotency-Key, the provider key
-// of a charge or refund, on the client span otelhttp started for it.
+// of a charge or refund, on the client span otelhttp started for it, and the
+// reference a lookup asks about.
 type providerKeyTransport struct{ base http.RoundTripper }
 
 func (t providerKeyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	span := trace.SpanFromContext(r.Context())
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		trace.SpanFromContext(r.Context()).SetAttributes(tracing.ProviderKey.String(key))
+		span.SetAttributes(tracing.ProviderKey.String(key))
+	}
+	if ref := r.URL.Query().Get("reference"); ref != "" {
+		span.SetAttributes(tracing.ProviderReference.String(ref))
 	}
 	return t.base.RoundTrip(r)
 }

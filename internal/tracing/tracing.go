@@ -55,6 +55,9 @@ const (
 	// ProviderKey is the idempotency key sent to the payment provider
 	// (payments.ProviderKey), on the provider call's client span.
 	ProviderKey = attribute.Key("oncepay.provider.idempotency_key")
+	// ProviderReference is the payment or refund id a lookup at the
+	// provider asks about (a resumed attempt asks before it charges again).
+	ProviderReference = attribute.Key("oncepay.provider.reference")
 	// EventType is an outbox event's type (payment.succeeded, ...).
 	EventType = attribute.Key("oncepay.event.type")
 	// OutboxWait is how long an event waited in the outbox before this
