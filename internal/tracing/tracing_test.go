@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -79,5 +82,36 @@ func TestLogHandlerAddsTheSpan(t *testing.T) {
 	logger.Info("outside")
 	if bytes.Contains(buf.Bytes(), []byte("trace_id")) {
 		t.Fatalf("line outside a span = %s", buf.Bytes())
+	}
+}
+
+// NewProvider exports with OTLP over HTTP to the endpoint it is given, and
+// Shutdown sends what is still buffered.
+func TestNewProviderExportsOTLP(t *testing.T) {
+	t.Parallel()
+	got := make(chan *http.Request, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		got <- r
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	tp, err := tracing.NewProvider(ctx, srv.URL+"/v1/traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tp.Tracer("test").Start(ctx, "request")
+	span.End()
+	if err := tp.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case r := <-got:
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			t.Fatalf("export = %s %s %s", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+		}
+	default:
+		t.Fatal("nothing was exported")
 	}
 }
