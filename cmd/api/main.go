@@ -108,6 +108,9 @@ Environment (default in brackets; the README lists every variable):
                         run these workers in this process [true]
   SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]
   ADMIN_TOKEN           bearer token of /admin/outbox/... [empty: not routed]
+  OTEL_EXPORTER_OTLP_ENDPOINT
+                        export traces with OTLP over HTTP; the other standard
+                        OTEL_* variables apply [empty: no tracing]
 
 Endpoints: /v1/... (the API, described by GET /openapi.yaml), /webhooks/psp,
 /healthz, /readyz, /metrics (Prometheus), and the demo UI at /.
