@@ -15,10 +15,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/broker"
@@ -34,6 +40,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -74,6 +81,16 @@ type App struct {
 	// webhookWorker applies received provider webhooks.
 	webhookWorker *webhooks.Worker
 	tenants       *tenants.Service
+	// traces is the OTLP exporting tracer provider New built (nil with
+	// tracing off, or with a provider from WithTracerProvider); Close
+	// flushes it.
+	traces *sdktrace.TracerProvider
+	// tp is what every part traces with (tracing.Disabled with tracing
+	// off); traced says tracing is on, dbTracer (nil when off) is the
+	// query tracer of the pool Start opens. New sets them.
+	tp       trace.TracerProvider
+	traced   bool
+	dbTracer pgx.QueryTracer
 }
 
 // Option changes how New builds the service. Only tests use options: they
@@ -84,6 +101,14 @@ type options struct {
 	operationHooks   operation.Hooks
 	outboxHooks      outbox.DispatcherHooks
 	fulfillmentHooks fulfillment.Hooks
+	tracerProvider   trace.TracerProvider
+}
+
+// WithTracerProvider traces the service with tp instead of the OTLP
+// exporter cfg.TracesEndpoint configures: the trace tests pass the SDK's
+// with an in-memory recorder (default: none, unless the endpoint is set).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
 }
 
 // WithOperationHooks injects faults into every idempotent operation
@@ -127,7 +152,29 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 	if a.verifier, err = webhooks.NewVerifier(cfg.PSPWebhookSecrets, now); err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
+	// Tracing is on with a provider: then the request, its queries, the
+	// provider calls, the outbox, the consumer, the recoverer and the
+	// webhook worker start spans, and log lines carry trace_id and span_id.
+	// Off, none of them is even wrapped (tracing.Disabled). Building the
+	// exporter only reads its configuration: it sends nothing before the
+	// first span ends.
+	tp, traces, err := tracerProvider(context.Background(), cfg, a.opts)
+	if err != nil {
+		return nil, err
+	}
+	a.traces = traces
+	if tp != nil {
+		a.traced = true
+		logger = slog.New(tracing.LogHandler(logger.Handler()))
+		a.logger = logger
+		// The pool Start opens (connectDatabase) traces every query.
+		a.dbTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()))
+	} else {
+		tp = tracing.Disabled()
+	}
+	a.tp = tp
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		shutdownTraces(traces)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	a.handler = newSwitchHandler(httpapi.Starting(a.waitingFor, logger))
@@ -139,6 +186,7 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 // consumer, and makes the API handler.
 func (a *App) build(ctx context.Context) (err error) {
 	cfg, logger, now, pool, o := a.cfg, a.logger, a.now, a.pool, a.opts
+	tp, traced := a.tp, a.traced
 	a.tenants = NewTenants(pool, cfg, now)
 	if err := CheckNoDemoKeys(ctx, cfg, a.tenants); err != nil {
 		return err
@@ -161,7 +209,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		operation.WithWriteTimeout(cfg.WriteTimeout),
 		operation.WithAfterCommit(a.events.Committed),
 		operation.WithHooks(o.operationHooks),
-		operation.WithRecoveryBound(recoveryBound(cfg)))
+		operation.WithRecoveryBound(recoveryBound(cfg)),
+		operation.WithTracerProvider(tp))
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
@@ -169,8 +218,13 @@ func (a *App) build(ctx context.Context) (err error) {
 			return fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
-	provider := payments.NewProvider(cfg.PSPURL,
-		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall))
+	providerOpts := []payments.ProviderOption{
+		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall),
+	}
+	if traced {
+		providerOpts = append(providerOpts, payments.WithTracerProvider(tp))
+	}
+	provider := payments.NewProvider(cfg.PSPURL, providerOpts...)
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
@@ -178,11 +232,11 @@ func (a *App) build(ctx context.Context) (err error) {
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
 	m.WatchAttention(func(ctx context.Context) (map[string]int64, error) { return openAttention(ctx, pool) })
-	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
+	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o, tp); err != nil {
 		return err
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now,
-		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
+		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed), webhooks.WithTracerProvider(tp))
 	demoOpts := []demo.HandlerOption{
 		demo.WithDemoMode(cfg.DemoMode),
 		demo.WithReplay(func(ctx context.Context, id uuid.UUID) error {
@@ -212,7 +266,44 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP),
 		httpapi.WithAdmission(admission))
+	if traced {
+		// The request's server span (and the trace context a client sent)
+		// wraps the whole handler; httpapi names it after the route and
+		// puts the tenant and the idempotency decision on it. The starting
+		// answers before build are not traced.
+		a.api = otelhttp.NewHandler(a.api, "http request",
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator()),
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider())) // requests are counted by WithRequestObserver
+	}
 	return nil
+}
+
+// tracerProvider returns the provider to trace with: the one the options
+// give, or an OTLP exporter to cfg.TracesEndpoint (also returned, for Close
+// to flush), or nil with tracing off.
+func tracerProvider(ctx context.Context, cfg Config, o options) (trace.TracerProvider, *sdktrace.TracerProvider, error) {
+	if o.tracerProvider != nil {
+		return o.tracerProvider, nil, nil
+	}
+	if cfg.TracesEndpoint == "" {
+		return nil, nil, nil
+	}
+	sdk, err := tracing.NewProvider(ctx, cfg.TracesEndpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdk, sdk, nil
+}
+
+// shutdownTraces exports the spans still buffered, for at most five
+// seconds: a collector that does not answer must not hold up a shutdown.
+func shutdownTraces(tp *sdktrace.TracerProvider) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tp.Shutdown(ctx) // the spans are lost either way; the service's own work is done
 }
 
 // The results of oncepay_consumer_messages_total.
@@ -287,7 +378,7 @@ func (a *App) connectBroker(ctx context.Context) error {
 
 // startEvents declares the stream on the connected broker, and builds the
 // outbox dispatcher and the fulfillment consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) (err error) {
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options, tp trace.TracerProvider) (err error) {
 	js := a.js
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
@@ -295,7 +386,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
-			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
+			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks),
+			outbox.WithTracerProvider(tp)); err != nil {
 			return err
 		}
 	}
@@ -308,7 +400,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 				}
 				m.Consumed(fulfillment.Subscriber, result)
 			}),
-			fulfillment.WithHooks(o.fulfillmentHooks))
+			fulfillment.WithHooks(o.fulfillmentHooks),
+			fulfillment.WithTracerProvider(tp))
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}
@@ -362,6 +455,7 @@ func (a *App) Close() {
 	if a.pool != nil {
 		a.pool.Close()
 	}
+	shutdownTraces(a.traces)
 }
 
 // Start serves HTTP at once and brings the service up: it waits for the

@@ -76,6 +76,7 @@ func (a *App) connectDatabase(ctx context.Context) error {
 		pool, err := postgres.Open(ctx, a.cfg.DatabaseURL, postgres.PoolConfig{
 			MaxConns:    a.cfg.DBMaxConns,
 			LockTimeout: a.cfg.DBLockTimeout,
+			Tracer:      a.dbTracer,
 		})
 		if postgres.IsRejected(err) {
 			return permanent(err) // it answered, and refused us: waiting will not change that
