@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh: install the Debian packages the tests need when they are missing:
-# chromium (browser tests) and docker-compose (the compose file check).
+# chromium (browser tests), docker-compose (the compose file check) and
+# prometheus (prometheus and promtool: the dashboard test evaluates every
+# panel's query on a real Prometheus).
 # PostgreSQL is installed by scripts/postgres.sh when it is first needed.
 # As a normal user it only says what is missing.
 set -euo pipefail
@@ -8,6 +10,7 @@ set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 [ "${#need[@]}" -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ]; then

@@ -134,6 +134,9 @@ Environment (default in brackets; the README lists every variable):
   RECOVERER_MAX_ATTEMPTS, RECOVERER_BACKOFF, RECOVERER_BACKOFF_MAX
                         recoveries of an attempt without an outcome before it is held
                         for an operator, and the wait between them [10, 30s doubling to 15m]
+  OTEL_EXPORTER_OTLP_ENDPOINT
+                        export traces with OTLP over HTTP; the other standard
+                        OTEL_* variables apply [empty: no tracing]
 
 Endpoints: /v1/... (the API, described by GET /openapi.yaml), /webhooks/psp,
 /healthz, /readyz, /metrics (Prometheus), and the demo UI at /.

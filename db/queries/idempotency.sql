@@ -4,9 +4,9 @@
 -- transaction first (bounded by lock_timeout).
 INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
 ) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING *;
@@ -112,3 +112,10 @@ RETURNING *;
 -- has just taken over: it is not taken over again before then.
 UPDATE api_idempotency SET next_recovery_at = @next_recovery_at::timestamptz
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key;
+
+-- name: IdempotencyTraceContext :one
+-- IdempotencyTraceContext reads the trace context the claim stored, for a
+-- trace that links to the original request's (a webhook that finished the
+-- operation).
+SELECT trace_context FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;

@@ -18,10 +18,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/broker"
@@ -37,6 +43,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -77,6 +84,16 @@ type App struct {
 	// webhookWorker applies received provider webhooks.
 	webhookWorker *webhooks.Worker
 	tenants       *tenants.Service
+	// traces is the OTLP exporting tracer provider New built (nil with
+	// tracing off, or with a provider from WithTracerProvider); Close
+	// flushes it.
+	traces *sdktrace.TracerProvider
+	// tp is what every part traces with (tracing.Disabled with tracing
+	// off); traced says tracing is on, dbTracer (nil when off) is the
+	// query tracer of the pool Start opens. New sets them.
+	tp       trace.TracerProvider
+	traced   bool
+	dbTracer pgx.QueryTracer
 }
 
 // Option changes how New builds the service. Only tests use options: they
@@ -87,6 +104,14 @@ type options struct {
 	operationHooks   operation.Hooks
 	outboxHooks      outbox.DispatcherHooks
 	fulfillmentHooks fulfillment.Hooks
+	tracerProvider   trace.TracerProvider
+}
+
+// WithTracerProvider traces the service with tp instead of the OTLP
+// exporter cfg.TracesEndpoint configures: the trace tests pass the SDK's
+// with an in-memory recorder (default: none, unless the endpoint is set).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
 }
 
 // WithOperationHooks injects faults into every idempotent operation
@@ -130,7 +155,29 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 	if a.verifier, err = webhooks.NewVerifier(cfg.PSPWebhookSecrets, now); err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
+	// Tracing is on with a provider: then the request, its queries, the
+	// provider calls, the outbox, the consumer, the recoverer and the
+	// webhook worker start spans, and log lines carry trace_id and span_id.
+	// Off, none of them is even wrapped (tracing.Disabled). Building the
+	// exporter only reads its configuration: it sends nothing before the
+	// first span ends.
+	tp, traces, err := tracerProvider(context.Background(), cfg, a.opts)
+	if err != nil {
+		return nil, err
+	}
+	a.traces = traces
+	if tp != nil {
+		a.traced = true
+		logger = slog.New(tracing.LogHandler(logger.Handler()))
+		a.logger = logger
+		// The pool Start opens (connectDatabase) traces every query.
+		a.dbTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()))
+	} else {
+		tp = tracing.Disabled()
+	}
+	a.tp = tp
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		shutdownTraces(traces)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	a.handler = newSwitchHandler(httpapi.Starting(a.waitingFor, logger))
@@ -142,6 +189,7 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 // consumer, and makes the API handler.
 func (a *App) build(ctx context.Context) (err error) {
 	cfg, logger, now, pool, o := a.cfg, a.logger, a.now, a.pool, a.opts
+	tp, traced := a.tp, a.traced
 	a.tenants = NewTenants(pool, cfg, now)
 	if err := CheckNoDemoKeys(ctx, cfg, a.tenants); err != nil {
 		return err
@@ -164,7 +212,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		operation.WithWriteTimeout(cfg.WriteTimeout),
 		operation.WithAfterCommit(a.events.Committed),
 		operation.WithHooks(o.operationHooks),
-		operation.WithRecoveryBound(recoveryBound(cfg)))
+		operation.WithRecoveryBound(recoveryBound(cfg)),
+		operation.WithTracerProvider(tp))
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
@@ -172,8 +221,13 @@ func (a *App) build(ctx context.Context) (err error) {
 			return fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
-	provider := payments.NewProvider(cfg.PSPURL,
-		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall))
+	providerOpts := []payments.ProviderOption{
+		payments.WithAPIKey(cfg.PSPAPIKey), payments.WithTimeout(cfg.PSPTimeout), payments.WithCallObserver(m.ProviderCall),
+	}
+	if traced {
+		providerOpts = append(providerOpts, payments.WithTracerProvider(tp))
+	}
+	provider := payments.NewProvider(cfg.PSPURL, providerOpts...)
 	a.payments = payments.NewService(pool, ops, orderSvc, provider, logger, now)
 	a.recoverer = operation.NewRecoverer(ops, a.payments.Operations()...)
 	if err := CheckOperations(specs, a.recoverer.Resumes); err != nil {
@@ -181,11 +235,11 @@ func (a *App) build(ctx context.Context) (err error) {
 	}
 	m.WatchOutbox(func(ctx context.Context) (int64, time.Duration, int64, error) { return outbox.Stats(ctx, pool) })
 	m.WatchAttention(func(ctx context.Context) (map[string]int64, error) { return openAttention(ctx, pool) })
-	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o); err != nil {
+	if err := a.startEvents(ctx, cfg, logger, now, m, orderSvc, o, tp); err != nil {
 		return err
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now, webhooks.WithRoundTimeout(cfg.WriteTimeout),
-		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed))
+		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed), webhooks.WithTracerProvider(tp))
 	demoOpts := []demo.HandlerOption{
 		demo.WithDemoMode(cfg.DemoMode),
 		demo.WithReplay(func(ctx context.Context, id uuid.UUID) error {
@@ -216,7 +270,44 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithRequestObserver(m.HTTP),
 		httpapi.WithAdmission(admission),
 		httpapi.WithRequestTimeout(cfg.WriteTimeout))
+	if traced {
+		// The request's server span (and the trace context a client sent)
+		// wraps the whole handler; httpapi names it after the route and
+		// puts the tenant and the idempotency decision on it. The starting
+		// answers before build are not traced.
+		a.api = otelhttp.NewHandler(a.api, "http request",
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator()),
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider())) // requests are counted by WithRequestObserver
+	}
 	return nil
+}
+
+// tracerProvider returns the provider to trace with: the one the options
+// give, or an OTLP exporter to cfg.TracesEndpoint (also returned, for Close
+// to flush), or nil with tracing off.
+func tracerProvider(ctx context.Context, cfg Config, o options) (trace.TracerProvider, *sdktrace.TracerProvider, error) {
+	if o.tracerProvider != nil {
+		return o.tracerProvider, nil, nil
+	}
+	if cfg.TracesEndpoint == "" {
+		return nil, nil, nil
+	}
+	sdk, err := tracing.NewProvider(ctx, cfg.TracesEndpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdk, sdk, nil
+}
+
+// shutdownTraces exports the spans still buffered, for at most five
+// seconds: a collector that does not answer must not hold up a shutdown.
+func shutdownTraces(tp *sdktrace.TracerProvider) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tp.Shutdown(ctx) // the spans are lost either way; the service's own work is done
 }
 
 // The results of oncepay_consumer_messages_total.
@@ -291,7 +382,7 @@ func (a *App) connectBroker(ctx context.Context) error {
 
 // startEvents declares the stream on the connected broker, and builds the
 // outbox dispatcher and the fulfillment consumer (rule 6); Serve runs them.
-func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options) (err error) {
+func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options, tp trace.TracerProvider) (err error) {
 	js := a.js
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
 		return err
@@ -300,7 +391,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
 			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts),
 			outbox.WithPublishTimeout(cfg.OutboxPublishTimeout), outbox.WithLease(cfg.OutboxLease), outbox.WithDatabaseTimeout(cfg.WriteTimeout),
-			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks)); err != nil {
+			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks),
+			outbox.WithTracerProvider(tp)); err != nil {
 			return err
 		}
 	}
@@ -314,7 +406,8 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 				}
 				m.Consumed(fulfillment.Subscriber, result)
 			}),
-			fulfillment.WithHooks(o.fulfillmentHooks))
+			fulfillment.WithHooks(o.fulfillmentHooks),
+			fulfillment.WithTracerProvider(tp))
 		if _, err := a.fulfillment.Declare(ctx); err != nil {
 			return err
 		}
@@ -368,6 +461,7 @@ func (a *App) Close() {
 	if a.pool != nil {
 		a.pool.Close()
 	}
+	shutdownTraces(a.traces)
 }
 
 // Start serves HTTP at once and brings the service up: it waits for the

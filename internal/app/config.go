@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,6 +189,16 @@ type Config struct {
 	// AdminToken is the bearer token of /admin/outbox/... and
 	// /admin/attention... (ADMIN_TOKEN; empty: the admin routes answer 404).
 	AdminToken string
+
+	// TracesEndpoint is where traces are exported, with OTLP over HTTP: the
+	// full URL of the collector's traces path, from
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, or from
+	// OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces appended (OpenTelemetry's
+	// standard variables). Empty, the default, turns tracing off: no span is
+	// started and nothing is stored or sent for one (so do
+	// OTEL_SDK_DISABLED=true and OTEL_TRACES_EXPORTER=none). The SDK reads
+	// the other standard OTEL_* variables itself (tracing.NewProvider).
+	TracesEndpoint string
 }
 
 // DefaultRetention is the retention policy of docs/CONTRACT.md: the
@@ -258,6 +269,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		FulfillmentConsumer:  r.boolean("FULFILLMENT_CONSUMER", true),
 		AdminToken:           getenv("ADMIN_TOKEN"),
 	}
+	c.TracesEndpoint = r.tracesEndpoint()
 	h, p, ops := retention.DefaultHorizons(), retention.DefaultPolicy(), Operations()
 	c.Horizons = retention.Horizons{
 		ClientRetry:       r.duration("HORIZON_CLIENT_RETRY", h.ClientRetry),
@@ -404,6 +416,42 @@ func (r *envReader) duration(name string, def time.Duration) time.Duration {
 		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a duration such as 2s, 45m or 45d", name, v))
 	}
 	return d
+}
+
+// tracesEndpoint reads OpenTelemetry's standard variables for the OTLP trace
+// exporter. Only OTLP over HTTP (http/protobuf, the specification's default)
+// is built in.
+func (r *envReader) tracesEndpoint() string {
+	if strings.EqualFold(r.getenv("OTEL_SDK_DISABLED"), "true") {
+		return ""
+	}
+	switch exp := r.getenv("OTEL_TRACES_EXPORTER"); exp {
+	case "", "otlp":
+	case "none":
+		return ""
+	default:
+		r.errs = append(r.errs, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want otlp or none", exp))
+		return ""
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if p := r.getenv(name); p != "" && p != "http/protobuf" {
+			r.errs = append(r.errs, fmt.Errorf("%s=%q: only http/protobuf (OTLP over HTTP) is built in", name, p))
+			return ""
+		}
+	}
+	name, endpoint := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		name, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT", r.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		if endpoint == "" {
+			return ""
+		}
+		endpoint = strings.TrimRight(endpoint, "/") + "/v1/traces"
+	}
+	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want an http:// or https:// URL", name, r.getenv(name)))
+		return ""
+	}
+	return endpoint
 }
 
 func (r *envReader) level(name string, def slog.Level) slog.Level {

@@ -94,3 +94,38 @@ func TestCheckServe(t *testing.T) {
 		}
 	}
 }
+
+// Tracing is off unless OpenTelemetry's standard variables name an OTLP
+// endpoint, and the switches that turn it off win.
+func TestConfigTracesEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+		err  string
+	}{
+		{env: nil, want: ""},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, want: "http://127.0.0.1:4318/v1/traces"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://jaeger:4318/"}, want: "http://jaeger:4318/v1/traces"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://b/otlp/traces"}, want: "https://b/otlp/traces"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_SDK_DISABLED": "true"}, want: ""},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_TRACES_EXPORTER": "none"}, want: ""},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_TRACES_EXPORTER": "zipkin"}, err: "OTEL_TRACES_EXPORTER"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, err: "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "a:4318"}, err: "OTEL_EXPORTER_OTLP_ENDPOINT"},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%v: %v", tc.env, err)
+		case tc.err == "" && c.TracesEndpoint != tc.want:
+			t.Errorf("%v: TracesEndpoint %q, want %q", tc.env, c.TracesEndpoint, tc.want)
+		}
+	}
+}

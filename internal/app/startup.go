@@ -77,6 +77,7 @@ func (a *App) connectDatabase(ctx context.Context) error {
 			MaxConns:       a.cfg.DBMaxConns,
 			LockTimeout:    a.cfg.DBLockTimeout,
 			ConnectTimeout: a.cfg.DBConnectTimeout,
+			Tracer:         a.dbTracer,
 		})
 		if postgres.IsRejected(err) {
 			return permanent(err) // it answered, and refused us: waiting will not change that

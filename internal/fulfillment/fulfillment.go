@@ -36,12 +36,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/fulfillment/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // Subscriber names this consumer in the inbox and is its durable name.
@@ -136,6 +138,8 @@ type Consumer struct {
 	// observe sees every processed message (WithCommitObserver).
 	observe func(messageID string, outcome Outcome)
 	hooks   Hooks
+	// tracer starts the span of each delivery (WithTracerProvider).
+	tracer trace.Tracer
 }
 
 // ConsumerOption configures a Consumer. An option given a value that is
@@ -178,6 +182,17 @@ func WithCommitObserver(fn func(messageID string, outcome Outcome)) ConsumerOpti
 	}
 }
 
+// WithTracerProvider traces every delivery with tp: a consumer span that
+// continues the trace the message's headers carry (the request's, through
+// the outbox), with what the consumer did and, for a duplicate, the inbox's
+// event (default none: tracing.Disabled).
+func WithTracerProvider(tp trace.TracerProvider) ConsumerOption {
+	return func(c *Consumer) { c.tracer = tp.Tracer(instrumentation) }
+}
+
+// instrumentation names this package's spans' instrumentation scope.
+const instrumentation = "github.com/oncepay/oncepay/internal/fulfillment"
+
 // WithHooks injects faults for the failure drills (Hooks). Only tests set
 // it: production code never does (default none).
 func WithHooks(h Hooks) ConsumerOption { return func(c *Consumer) { c.hooks = h } }
@@ -186,7 +201,8 @@ func WithHooks(h Hooks) ConsumerOption { return func(c *Consumer) { c.hooks = h 
 // defaults each option names unless opts say otherwise. Declare it at
 // start; Run consumes.
 func New(pool *pgxpool.Pool, js jetstream.JetStream, orderSvc *orders.Service, logger *slog.Logger, now func() time.Time, opts ...ConsumerOption) *Consumer {
-	c := &Consumer{pool: pool, js: js, orders: orderSvc, logger: logger, now: now, observe: func(string, Outcome) {}}
+	c := &Consumer{pool: pool, js: js, orders: orderSvc, logger: logger, now: now, observe: func(string, Outcome) {},
+		tracer: tracing.Disabled().Tracer(instrumentation)}
 	for _, o := range opts {
 		o(c)
 	}

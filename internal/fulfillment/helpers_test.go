@@ -164,7 +164,13 @@ type line struct {
 // transaction. It returns the order and event ids.
 func (b *testBundle) paidOrder(t *testing.T, lines ...line) (orderID, eventID uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
+	return b.paidOrderIn(context.Background(), t, lines...)
+}
+
+// paidOrderIn is paidOrder committed in ctx: inside ctx's span, the event
+// stores its trace context.
+func (b *testBundle) paidOrderIn(ctx context.Context, t *testing.T, lines ...line) (orderID, eventID uuid.UUID) {
+	t.Helper()
 	orderID, paymentID := uuid.New(), uuid.New()
 	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)

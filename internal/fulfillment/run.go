@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // Run declares the consumer and processes messages with as many workers as
@@ -85,17 +91,22 @@ func (c *Consumer) consume(ctx context.Context) error {
 func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.processTimeout)
 	defer cancel()
+	ctx, span := c.traced(ctx, msg)
+	defer span.End()
 	m, err := parse(msg)
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		c.logger.ErrorContext(ctx, "fulfillment cannot read message; terminated", "subject", msg.Subject(), "error", err.Error())
 		_ = msg.TermWithReason(err.Error())
 		return
 	}
 	outcome, err := c.Process(ctx, m)
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		c.fail(ctx, msg, m, err)
 		return
 	}
+	span.SetAttributes(tracing.ConsumerOutcome.String(string(outcome)))
 	c.logger.DebugContext(ctx, "fulfillment processed message", "event_id", m.ID, "type", m.Type, "outcome", outcome)
 	c.observe(m.ID, outcome)
 	if h := c.hooks.AfterCommit; h != nil {
@@ -107,6 +118,26 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		// The effect is committed; the redelivery will meet the inbox.
 		c.logger.WarnContext(ctx, "fulfillment ack not sent; the redelivery will be a duplicate", "event_id", m.ID, "error", err.Error())
 	}
+}
+
+// traced continues the trace msg carries in its headers (the dispatcher's
+// publish span, which continues the request's) with the consumer span of
+// this delivery. The inbox puts a duplicate on it as an event
+// (tracing.EventDuplicate). Without tracing the span is a no-op.
+func (c *Consumer) traced(ctx context.Context, msg jetstream.Msg) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(msg.Subject()),
+		semconv.MessagingConsumerGroupName(Subscriber),
+		semconv.MessagingMessageID(msg.Headers().Get(jetstream.MsgIDHeader)),
+	}
+	if md, err := msg.Metadata(); err == nil {
+		attrs = append(attrs, tracing.Delivery.Int64(int64(min(md.NumDelivered, math.MaxInt64)))) // #nosec G115 -- min bounds it
+	}
+	return c.tracer.Start(tracing.ExtractHeader(ctx, msg.Headers()), "process "+msg.Subject(),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
 func (c *Consumer) fail(ctx context.Context, msg jetstream.Msg, m Message, err error) {

@@ -8,11 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/wire"
 )
 
@@ -43,6 +46,30 @@ func requestDeadline(d time.Duration) echo.MiddlewareFunc {
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
+	}
+}
+
+// traceRequest names the request's span, when the request has one that
+// records (the server span otelhttp starts around the handler when tracing
+// is on, see internal/app), after the route it matched, as metricRoute does
+// for the metrics, and puts the tenant it authenticated as on it. The
+// operation, the idempotency key and its outcome are put there by the
+// idempotency store, which decides them. Without tracing it costs one
+// context lookup.
+func traceRequest(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		span := trace.SpanFromContext(c.Request().Context())
+		if !span.IsRecording() {
+			return next(c)
+		}
+		route := metricRoute(c)
+		span.SetName(metricMethod(c.Request().Method) + " " + route)
+		span.SetAttributes(semconv.HTTPRoute(route))
+		err := next(c)
+		if t := tenants.FromContext(c); t.Slug != "" {
+			span.SetAttributes(tracing.Tenant.String(t.Slug))
+		}
+		return err
 	}
 }
 

@@ -119,6 +119,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	// Recover turns a panic into a 500 problem and a log line, never a dead
 	// process; it runs inside the logger so the 500 is logged.
 	e.Use(
+		traceRequest,
 		clientRequestID,
 		middleware.RequestID(),
 		requestLogger(logger, o.observe),

@@ -32,10 +32,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/idempotency/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // Response headers of the contract.
@@ -216,6 +218,25 @@ func NewStore(policy Policy, now func() time.Time, opts ...StoreOption) *Store {
 // OutcomeLateRetry, which the features detect through their own uniqueness.
 func (s *Store) Observe(op Operation, outcome Outcome) { s.observe(op, outcome) }
 
+// report tells the observer of r's outcome, and puts the operation, the key
+// and the outcome on the span of ctx, the request's (Annotate).
+func (s *Store) report(ctx context.Context, r Request, outcome Outcome) {
+	s.observe(r.Operation, outcome)
+	Annotate(trace.SpanFromContext(ctx), r, outcome)
+}
+
+// Annotate puts r's operation, key and outcome on span, when it records: a
+// trace shows which request was a replay, a mismatch or a take-over. A later
+// outcome of the same request (a late retry found by the feature) replaces
+// the earlier one.
+func Annotate(span trace.Span, r Request, outcome Outcome) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(tracing.Operation.String(string(r.Operation)), tracing.IdempotencyKey.String(string(r.Key)),
+		tracing.Outcome.String(string(outcome)))
+}
+
 func (s *Store) nowUTC() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // retention returns how long records of op are kept.
@@ -279,10 +300,18 @@ type Claim struct {
 	// claim's lease from another owner's (Release).
 	lease  time.Time
 	holder string
+	// traceContext is what the record's first request stored
+	// (tracing.Capture), for a resumer's link to it.
+	traceContext []byte
 }
 
 // Request returns the request the claim was made for.
 func (c *Claim) Request() Request { return c.req }
+
+// TraceContext returns the trace context the request that created the
+// record stored (tracing.Capture; nil without tracing), so that whoever
+// resumes the attempt can link to its trace (tracing.Link).
+func (c *Claim) TraceContext() []byte { return c.traceContext }
 
 // Begin claims r's key inside tx. The outcomes:
 //   - new key: a ClaimFresh; the caller executes.
@@ -315,13 +344,14 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 		RequestID:      r.RequestID,
 		CreatedAt:      now,
 		ExpiresAt:      now.Add(retention),
+		TraceContext:   tracing.Capture(ctx),
 	})
 	switch {
 	case err == nil:
-		s.observe(r.Operation, OutcomeExecuted)
+		s.report(ctx, r, OutcomeExecuted)
 		return &Claim{store: s, req: r, Kind: ClaimFresh, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), lease: leaseUntil, holder: row.RequestID}, nil
 	case postgres.IsLockTimeout(err):
-		s.observe(r.Operation, OutcomeInProgress)
+		s.report(ctx, r, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("claim idempotency key: %w", err)
@@ -332,7 +362,7 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 	})
 	switch {
 	case postgres.IsLockTimeout(err):
-		s.observe(r.Operation, OutcomeInProgress)
+		s.report(ctx, r, OutcomeInProgress)
 		return nil, inProgress(time.Second, err)
 	case errors.Is(err, pgx.ErrNoRows):
 		// The record was deleted between our insert and our read (the
@@ -342,7 +372,7 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 		return nil, fmt.Errorf("lock idempotency record: %w", err)
 	}
 	if Fingerprint(row.RequestHash) != r.Fingerprint {
-		s.observe(r.Operation, OutcomeMismatch)
+		s.report(ctx, r, OutcomeMismatch)
 		return nil, reused()
 	}
 	if State(row.State) != StatePending {
@@ -350,20 +380,25 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 		if err != nil {
 			return nil, err
 		}
-		s.observe(r.Operation, OutcomeReplayed)
+		s.report(ctx, r, OutcomeReplayed)
 		return &Claim{store: s, req: r, Kind: ClaimReplay, Stored: resp, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row)}, nil
 	}
 	if row.HeldAt != nil {
-		s.observe(r.Operation, OutcomeAwaitingOperator)
+		s.report(ctx, r, OutcomeAwaitingOperator)
 		return nil, AwaitingOperator(nil)
 	}
 	if row.LockedUntil != nil && row.LockedUntil.After(now) {
-		s.observe(r.Operation, OutcomeInProgress)
+		s.report(ctx, r, OutcomeInProgress)
 		return nil, inProgress(s.leaseRetryAfter(*row.LockedUntil, now), nil)
 	}
-	s.observe(r.Operation, OutcomeResumed)
-	// The previous owner's lease ran out: take the claim over.
-	taken := &Claim{store: s, req: r, Kind: ClaimResumed, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row), holder: row.RequestID}
+	s.report(ctx, r, OutcomeResumed)
+	// The previous owner's lease ran out: take the claim over. This
+	// request's trace links to the one that started the attempt.
+	if l, ok := tracing.Link(row.TraceContext); ok {
+		trace.SpanFromContext(ctx).AddLink(l)
+	}
+	taken := &Claim{store: s, req: r, Kind: ClaimResumed, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row), holder: row.RequestID,
+		traceContext: row.TraceContext}
 	if err := taken.checkpoint(ctx, tx, taken.RecoveryPoint, nil, leaseUntil, now); err != nil {
 		return nil, fmt.Errorf("renew idempotency lease: %w", err)
 	}
@@ -386,7 +421,7 @@ func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error)
 		return nil, fmt.Errorf("look up idempotency record: %w", err)
 	}
 	if Fingerprint(row.RequestHash) != r.Fingerprint {
-		s.observe(r.Operation, OutcomeMismatch)
+		s.report(ctx, r, OutcomeMismatch)
 		return nil, reused()
 	}
 	if State(row.State) == StatePending {
@@ -396,7 +431,7 @@ func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error)
 	if err != nil {
 		return nil, err
 	}
-	s.observe(r.Operation, OutcomeReplayed)
+	s.report(ctx, r, OutcomeReplayed)
 	return &resp, nil
 }
 
@@ -574,6 +609,7 @@ func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, li
 			Recovery:      int(row.Recoveries),
 			lease:         leaseUntil,
 			holder:        row.RequestID,
+			traceContext:  row.TraceContext,
 		}
 	}
 	return claims, nil
@@ -663,6 +699,22 @@ func utc(t *time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
+}
+
+// TraceContext returns the trace context stored by the claim of (tenant, op,
+// key), and nil when the record has none or is gone: for a trace that links
+// to the request that started the operation (a webhook that finished it).
+func (s *Store) TraceContext(ctx context.Context, db DB, tenant uuid.UUID, op Operation, key Key) ([]byte, error) {
+	tc, err := dbsqlc.New(db).IdempotencyTraceContext(ctx, dbsqlc.IdempotencyTraceContextParams{
+		TenantID: tenant, Operation: string(op), IdempotencyKey: string(key),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read trace context of %s %q: %w", op, key, err)
+	}
+	return tc, nil
 }
 
 // ErrNotPending is returned by Finish for a record that already has its

@@ -27,8 +27,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/inbox/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // Claim records in tx that subscriber processed messageID. first is true
@@ -48,6 +51,11 @@ func Claim(ctx context.Context, tx pgx.Tx, subscriber, messageID string) (first 
 	n, err := dbsqlc.New(tx).InboxClaim(ctx, dbsqlc.InboxClaimParams{Subscriber: subscriber, MessageID: messageID})
 	if err != nil {
 		return false, fmt.Errorf("inbox claim %s for %s: %w", messageID, subscriber, err)
+	}
+	if n != 1 {
+		// On the consumer's span: this delivery was a duplicate, skipped.
+		trace.SpanFromContext(ctx).AddEvent(tracing.EventDuplicate, trace.WithAttributes(
+			semconv.MessagingConsumerGroupName(subscriber), semconv.MessagingMessageID(messageID)))
 	}
 	return n == 1, nil
 }

@@ -4,12 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/oncepay/oncepay/internal/attention"
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // held reads what the record and the queue say about key: whether the
@@ -106,5 +113,56 @@ func TestOtherStepErrorsHoldNothing(t *testing.T) {
 	}
 	if resp, err := b.phases.Run(ctx, r, transfer{}); err != nil || resp.Status != 201 {
 		t.Fatalf("retry = %+v, %v; want it finished", resp, err)
+	}
+}
+
+// A recovery that holds its attempt for an operator is reported once, by
+// the hold (its attention item and log line), not again as an attempt the
+// recoverer could not finish: its span says awaiting_operator, with an
+// error status.
+func TestRecoveryThatHoldsIsNoFailedRecovery(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	b := setup(t, operation.WithTracerProvider(tp))
+	ctx := context.Background()
+	r := b.request(t, opTransfer, "k")
+	lost := errors.New("a lost answer")
+	b.callErr.Store(&lost)
+	if _, err := b.phases.Run(ctx, r, transfer{}); !errors.Is(err, lost) {
+		t.Fatalf("Run = %v, want the call's error", err)
+	}
+	b.clock.Advance(lease + time.Second)
+	needs := fmt.Errorf("the provider charged another amount: %w", operation.NeedsOperator(attention.ReasonMismatch, errors.New("records disagree")))
+	b.callErr.Store(&needs)
+	rc := operation.NewRecoverer(b.runner, b.phases)
+	if n, err := rc.RecoverOnce(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("RecoverOnce = %d, %v; want the attempt held, none finished", n, err)
+	}
+	if held, items := b.held(t, "k"); !held || len(items) != 1 {
+		t.Fatalf("held = %v, items = %d; want the record held with one item", held, len(items))
+	}
+	if logs := b.logs.String(); strings.Contains(logs, "recoverer could not finish an attempt") {
+		t.Fatalf("the held attempt was logged as a failed recovery:\n%s", logs)
+	}
+	var recover []sdktrace.ReadOnlySpan
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() == "recover "+string(opTransfer) {
+			recover = append(recover, s)
+		}
+	}
+	if len(recover) != 1 {
+		t.Fatalf("recover spans = %d, want 1", len(recover))
+	}
+	s := recover[0]
+	var outcome string
+	for _, kv := range s.Attributes() {
+		if kv.Key == tracing.Outcome {
+			outcome = kv.Value.AsString()
+		}
+	}
+	if outcome != string(idempotency.OutcomeAwaitingOperator) || s.Status().Code != codes.Error {
+		t.Fatalf("recover span: outcome %q, status %v; want awaiting_operator, error", outcome, s.Status())
 	}
 }

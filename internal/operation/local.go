@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -72,7 +73,7 @@ func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idem
 		// A fresh claim, or (only if a crash ever left one) a pending record
 		// of this operation: the mutation's own business uniqueness makes
 		// running it again safe.
-		a := &Attempt[T]{Claim: claim, Data: in, r: l.r}
+		a := &Attempt[T]{Claim: claim, Data: in, r: l.r, span: trace.SpanFromContext(ctx)}
 		if out, err = l.mutate(ctx, tx, a); err != nil {
 			return err
 		}

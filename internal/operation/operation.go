@@ -37,11 +37,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // DefaultWriteTimeout bounds a started operation unless WithWriteTimeout
@@ -59,6 +61,7 @@ type Runner struct {
 	afterCommit  func()
 	hooks        Hooks
 	bound        RecoveryBound
+	tracer       trace.Tracer
 }
 
 // RecoveryBound bounds the Recoverer's work on an attempt that keeps ending
@@ -125,13 +128,24 @@ func WithWriteTimeout(d time.Duration) Option { return func(r *Runner) { r.write
 // dispatcher (outbox.Signal.Committed). It must not block (default none).
 func WithAfterCommit(fn func()) Option { return func(r *Runner) { r.afterCommit = fn } }
 
+// WithTracerProvider traces the Recoverer's work with tp: one span per
+// resumed attempt, linked to the trace of the request that started it
+// (default none: tracing.Disabled).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(r *Runner) { r.tracer = tp.Tracer(instrumentation) }
+}
+
+// instrumentation names this package's spans' instrumentation scope.
+const instrumentation = "github.com/oncepay/oncepay/internal/operation"
+
 // WithHooks injects faults at the points where a process can die. Only tests
 // set it: production code never does (default none).
 func WithHooks(h Hooks) Option { return func(r *Runner) { r.hooks = h } }
 
 // NewRunner returns a Runner.
 func NewRunner(pool *pgxpool.Pool, store *idempotency.Store, logger *slog.Logger, opts ...Option) *Runner {
-	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}, bound: DefaultRecoveryBound}
+	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}, bound: DefaultRecoveryBound,
+		tracer: tracing.Disabled().Tracer(instrumentation)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -261,6 +275,9 @@ type Attempt[T any] struct {
 	Claim *idempotency.Claim
 	Data  T
 	r     *Runner
+	// span is the span of the request or resume that runs the attempt,
+	// where LateRetry reports its outcome.
+	span trace.Span
 }
 
 // Next records, in the step's transaction, that the operation reached point
@@ -304,7 +321,8 @@ func (a *Attempt[T]) LateRetry(kind, id string, fingerprint []byte) error {
 		return problem.New(problem.IdempotencyKeyReused, "This Idempotency-Key already created %s %s with a different request.", kind, id)
 	}
 	a.r.store.Observe(req.Operation, idempotency.OutcomeLateRetry)
-	a.r.logger.Info("late retry answered from the resource its key created",
+	idempotency.Annotate(a.span, req, idempotency.OutcomeLateRetry)
+	a.r.logger.InfoContext(trace.ContextWithSpan(context.Background(), a.span), "late retry answered from the resource its key created",
 		"operation", req.Operation, "idempotency_key", string(req.Key), "resource", kind, "resource_id", id, "request_id", req.RequestID)
 	return nil
 }

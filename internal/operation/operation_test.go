@@ -1,9 +1,11 @@
 package operation_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -64,14 +66,36 @@ type bundle struct {
 
 	mu        sync.Mutex
 	committed []idempotency.RecoveryPoint
+
+	// logs has every line the runner logged, as JSON.
+	logs *logBuffer
 }
 
-func setup(t *testing.T) *bundle {
+// logBuffer collects log lines; the runner logs from several goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func setup(t *testing.T, opts ...operation.Option) *bundle {
 	t.Helper()
-	b := &bundle{pool: testkit.Pool(t), clock: testkit.NewClock()}
+	b := &bundle{pool: testkit.Pool(t), clock: testkit.NewClock(), logs: &logBuffer{}}
 	b.tenant = testkit.NewTenant(t, b.pool).ID
 	store := idempotency.NewStore(idempotency.Policy{opTransfer: time.Hour, opLocal: time.Hour}, b.clock.Now, idempotency.WithLease(lease))
-	b.runner = operation.NewRunner(b.pool, store, testkit.Logger(t), operation.WithHooks(operation.Hooks{
+	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(b.logs, nil), testkit.Logger(t).Handler()))
+	b.runner = operation.NewRunner(b.pool, store, logger, append([]operation.Option{operation.WithHooks(operation.Hooks{
 		BeforeCall: func(idempotency.Operation, idempotency.RecoveryPoint) error {
 			if b.crashBefore.CompareAndSwap(true, false) {
 				return errors.New("injected crash before the call")
@@ -90,7 +114,7 @@ func setup(t *testing.T) *bundle {
 			b.committed = append(b.committed, point)
 			return nil
 		},
-	}))
+	})}, opts...)...)
 	b.phases = operation.NewPhases(b.runner, opTransfer, operation.Steps[transfer]{
 		idempotency.PointStarted: {Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
 			return a.Next(ctx, tx, pointReserved, &idempotency.Resource{Type: "transfer", ID: uuid.New()})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -108,7 +109,7 @@ func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (ide
 		return idempotency.Response{}, err
 	}
 
-	a := &Attempt[T]{Data: in, r: p.r}
+	a := &Attempt[T]{Data: in, r: p.r, span: trace.SpanFromContext(ctx)}
 	var (
 		out Outcome
 		ran bool // the transaction's work succeeded: an error now is its commit's
@@ -163,7 +164,7 @@ func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (ide
 func (p *Phases[T]) Resume(ctx context.Context, claim *idempotency.Claim) (idempotency.Response, error) {
 	ctx, cancel := p.r.detach(ctx)
 	defer cancel()
-	a := &Attempt[T]{Claim: claim, r: p.r}
+	a := &Attempt[T]{Claim: claim, r: p.r, span: trace.SpanFromContext(ctx)}
 	if claim.Request().Operation != p.op || claim.RecoveryPoint == idempotency.PointStarted {
 		// A record at started never commits pending (its first step runs in
 		// the claim's transaction), and the first step needs the request's

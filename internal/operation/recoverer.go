@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // Resumable is an operation the Recoverer can finish: a Phases operation.
@@ -88,14 +91,7 @@ func (rc *Recoverer) RecoverOnce(ctx context.Context, limit int) (int, error) {
 			}
 			continue
 		}
-		if err := rc.resume(ctx, c); err != nil {
-			if isHeld(err) { // logged, with its attention item, when it was held
-				continue
-			}
-			// Unknown outcomes stay pending for the next round; log, go on.
-			rc.r.logger.WarnContext(ctx, "recoverer could not finish an attempt",
-				"operation", c.Request().Operation, "idempotency_key", string(c.Request().Key),
-				"recovery_point", c.RecoveryPoint, "error", err.Error())
+		if err := rc.traced(ctx, c); err != nil {
 			continue
 		}
 		done++
@@ -132,6 +128,32 @@ func (rc *Recoverer) claimExpired(ctx context.Context) (*idempotency.Claim, erro
 		return nil, nil
 	}
 	return claims[0], nil
+}
+
+// traced resumes c in a span of its own, linked to the trace of the request
+// that started the attempt, and logs a failure inside it.
+func (rc *Recoverer) traced(ctx context.Context, c *idempotency.Claim) error {
+	ctx, span := rc.r.tracer.Start(ctx, "recover "+string(c.Request().Operation),
+		trace.WithLinks(tracing.Links(c.TraceContext())...),
+		trace.WithAttributes(tracing.RecoveryPoint.String(string(c.RecoveryPoint))))
+	defer span.End()
+	idempotency.Annotate(span, c.Request(), idempotency.OutcomeResumed)
+	err := rc.resume(ctx, c)
+	if isHeld(err) {
+		// Held for an operator: logged, with its attention item, when it
+		// was held; the span says so.
+		span.SetAttributes(tracing.Outcome.String(string(idempotency.OutcomeAwaitingOperator)))
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	if err != nil {
+		// Unknown outcomes stay pending for the next round; log, go on.
+		span.SetStatus(codes.Error, err.Error())
+		rc.r.logger.WarnContext(ctx, "recoverer could not finish an attempt",
+			"operation", c.Request().Operation, "idempotency_key", string(c.Request().Key),
+			"recovery_point", c.RecoveryPoint, "error", err.Error())
+	}
+	return err
 }
 
 func (rc *Recoverer) resume(ctx context.Context, c *idempotency.Claim) error {

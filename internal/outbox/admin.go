@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/wire"
 )
 
@@ -172,7 +173,11 @@ func (a *Admin) Replay(ctx context.Context, id uuid.UUID) (ReplayResult, error) 
 	if err != nil {
 		return ReplayResult{}, notFound(err, "load outbox event "+id.String())
 	}
-	ack, err := a.js.PublishMsg(ctx, message(row))
+	// The replay continues the trace the event was appended in, so its
+	// delivery (a duplicate for every consumer that has it) shows there.
+	m := message(row)
+	tracing.InjectHeader(tracing.Restore(ctx, row.TraceContext), m.Header)
+	ack, err := a.js.PublishMsg(ctx, m)
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("replay outbox event %s: %w", id, err)
 	}

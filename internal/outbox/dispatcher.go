@@ -17,9 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // NotifyChannel is the PostgreSQL channel the dispatchers listen on, for
@@ -207,6 +211,19 @@ func WithPublishObserver(fn func(result string, n int)) DispatcherOption {
 	}
 }
 
+// WithTracerProvider traces each publish of an event that was appended
+// inside a trace (its row stores the trace context): a producer span in that
+// trace, from the publish to the PubAck, with how long the event waited in
+// the outbox, whose context the message carries on to the consumers in its
+// headers. The default is none (tracing.Disabled): the stored context is
+// still sent on, so a consumer that traces continues the request's trace.
+func WithTracerProvider(tp trace.TracerProvider) DispatcherOption {
+	return func(d *Dispatcher) { d.tracer = tp.Tracer(instrumentation) }
+}
+
+// instrumentation names this package's spans' instrumentation scope.
+const instrumentation = "github.com/oncepay/oncepay/internal/outbox"
+
 // Dispatcher publishes the outbox to JetStream, at least once, with the
 // event id as Nats-Msg-Id.
 //
@@ -246,6 +263,8 @@ type Dispatcher struct {
 	// wake is shared by the loops: a notification wakes one idle loop, and
 	// a loop that claimed a full batch wakes another to help drain.
 	wake chan struct{}
+	// tracer starts the publish spans (WithTracerProvider).
+	tracer trace.Tracer
 }
 
 // NewDispatcher returns a dispatcher that publishes with js, with the
@@ -268,6 +287,7 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, logger *slog.Logg
 		pool: pool, js: js, logger: logger, now: now,
 		observe: func(string, int) {},
 		wake:    make(chan struct{}, 1),
+		tracer:  tracing.Disabled().Tracer(instrumentation),
 	}
 	for _, o := range opts {
 		o(d)
@@ -354,7 +374,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.publishTimeout+2*d.cfg.dbTimeout)
 	defer cancel()
 	claimed := time.Now()
-	errs := d.publish(ctx, rows)
+	errs := d.publish(ctx, rows, now)
 	acked := time.Now()
 
 	published := make([]uuid.UUID, 0, len(rows))
@@ -400,15 +420,26 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// publish sends rows with asynchronous publishes and waits for every
-// PubAck, at most the publish timeout (WithPublishTimeout). errs[i] is nil
-// when rows[i] was acknowledged (stored, or recognised as a duplicate within
-// the window).
-func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []error {
+// publish sends rows, claimed at claimedAt, with asynchronous publishes and
+// waits for every PubAck, at most the publish timeout (WithPublishTimeout).
+// errs[i] is nil when rows[i] was acknowledged (stored, or recognised as a
+// duplicate within the window).
+func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, claimedAt time.Time) []error {
 	errs := make([]error, len(rows))
 	futures := make([]jetstream.PubAckFuture, len(rows))
+	spans := make([]trace.Span, len(rows))
+	defer func() {
+		for i, span := range spans {
+			if errs[i] != nil {
+				span.SetStatus(codes.Error, errs[i].Error())
+			}
+			span.End()
+		}
+	}()
 	for i, r := range rows {
-		f, err := d.js.PublishMsgAsync(message(r))
+		m := message(r)
+		spans[i] = d.traced(ctx, r, m, claimedAt)
+		f, err := d.js.PublishMsgAsync(m)
 		if err != nil {
 			errs[i] = fmt.Errorf("publish: %w", err)
 			continue
@@ -430,6 +461,29 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent) []e
 		}
 	}
 	return errs
+}
+
+// traced continues the trace r was appended in (its stored context) with
+// the producer span of this publish, and writes the span's context into m's
+// headers for the consumers. A row appended without tracing gets neither:
+// its span is a no-op.
+func (d *Dispatcher) traced(ctx context.Context, r dbsqlc.OutboxEvent, m *nats.Msg, claimedAt time.Time) trace.Span {
+	if len(r.TraceContext) == 0 {
+		return trace.SpanFromContext(context.Background())
+	}
+	ctx, span := d.tracer.Start(tracing.Restore(ctx, r.TraceContext), "publish "+m.Subject,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("publish"),
+			semconv.MessagingDestinationName(m.Subject),
+			semconv.MessagingMessageID(r.ID.String()),
+			tracing.EventType.String(r.EventType),
+			tracing.OutboxWait.Float64(max(0, claimedAt.Sub(r.OccurredAt).Seconds())),
+		))
+	tracing.InjectHeader(ctx, m.Header)
+	return span
 }
 
 // recordFailures counts a failed attempt for each failed row and reports how

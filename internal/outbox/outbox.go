@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // ErrNotFound is returned for an event that does not exist.
@@ -70,6 +71,9 @@ func Append(ctx context.Context, tx pgx.Tx, e Event) (uuid.UUID, error) {
 		IdempotencyKey: e.IdempotencyKey,
 		Payload:        payload,
 		OccurredAt:     e.OccurredAt,
+		// The request's trace goes with the event: the dispatcher publishes
+		// under it (nil without tracing).
+		TraceContext: tracing.Capture(ctx),
 	})
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)

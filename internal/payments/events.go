@@ -7,9 +7,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // ErrUnknownReference is returned for a provider event that names no
@@ -98,6 +101,9 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	if pay.Status != StatusPending {
 		return false, nil
 	}
+	if err := s.linkRequest(ctx, tx, pay.TenantID, OpPay, pay.IdempotencyKey); err != nil {
+		return false, err
+	}
 	if _, err := s.applyCharge(ctx, tx, pay, c); err != nil {
 		return false, err
 	}
@@ -134,6 +140,25 @@ func chargeEventMismatch(pay Payment, c Charge) error {
 	return nil
 }
 
+// linkRequest links the span of ctx (the webhook worker's, when it traces)
+// to the trace of the request that started the payment or refund a provider
+// event finishes: the request answered 503 long ago, and this is where its
+// intent ends.
+func (s *Service) linkRequest(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, op idempotency.Operation, key string) error {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return nil
+	}
+	tc, err := s.store.TraceContext(ctx, tx, tenant, op, idempotency.Key(key))
+	if err != nil {
+		return err
+	}
+	if l, ok := tracing.Link(tc); ok {
+		span.AddLink(l)
+	}
+	return nil
+}
+
 // ApplyRefundEvent applies a provider refund (charge.refunded) in the
 // caller's transaction, found by the reference in the refund's metadata.
 // Forward only, like ApplyChargeEvent. The provider refund's status decides:
@@ -166,6 +191,9 @@ func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRef
 	}
 	if ref.Status != StatusPending {
 		return false, nil
+	}
+	if err := s.linkRequest(ctx, tx, ref.TenantID, OpRefund, ref.IdempotencyKey); err != nil {
+		return false, err
 	}
 	if r.Status == refundSucceeded {
 		if _, err := s.applyRefund(ctx, tx, ref, r); err != nil {

@@ -11,6 +11,12 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/oncepay/oncepay/internal/tracing"
 )
 
 // The provider's statuses of charges and refunds, as it writes them.
@@ -71,6 +77,37 @@ const DefaultTimeout = 5 * time.Second
 // of the client's own; the caller's context still ends the call.
 func WithTimeout(d time.Duration) ProviderOption {
 	return func(p *Provider) { p.client.Timeout = d }
+}
+
+// WithTracerProvider traces every call with tp as a client span (otelhttp:
+// the method and path, the status, the W3C trace context sent in the
+// request's headers), which carries the provider key of a charge or refund
+// (tracing.ProviderKey). The default is none: the client's transport is
+// Go's default, untouched.
+func WithTracerProvider(tp trace.TracerProvider) ProviderOption {
+	return func(p *Provider) {
+		p.client.Transport = otelhttp.NewTransport(providerKeyTransport{http.DefaultTransport},
+			otelhttp.WithTracerProvider(tp),
+			otelhttp.WithPropagators(tracing.Propagator()),
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // the calls are counted by WithCallObserver
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }))
+	}
+}
+
+// providerKeyTransport puts the request's Idempotency-Key, the provider key
+// of a charge or refund, on the client span otelhttp started for it, and the
+// reference a lookup asks about.
+type providerKeyTransport struct{ base http.RoundTripper }
+
+func (t providerKeyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	span := trace.SpanFromContext(r.Context())
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		span.SetAttributes(tracing.ProviderKey.String(key))
+	}
+	if ref := r.URL.Query().Get("reference"); ref != "" {
+		span.SetAttributes(tracing.ProviderReference.String(ref))
+	}
+	return t.base.RoundTrip(r)
 }
 
 // NewProvider returns a client for the provider at baseURL, which bounds

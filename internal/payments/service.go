@@ -27,12 +27,14 @@ type Service struct {
 
 	pay    *operation.Phases[payAttempt]
 	refund *operation.Phases[refundAttempt]
+	// store holds the records whose trace a provider event links to.
+	store *idempotency.Store
 }
 
 // NewService returns a Service whose operations run on ops, moving orders
 // through orderSvc and charging at provider.
 func NewService(pool *pgxpool.Pool, ops *operation.Runner, orderSvc *orders.Service, provider *Provider, logger *slog.Logger, now func() time.Time) *Service {
-	s := &Service{pool: pool, orders: orderSvc, provider: provider, logger: logger, now: now}
+	s := &Service{pool: pool, orders: orderSvc, provider: provider, logger: logger, now: now, store: ops.Store()}
 	s.pay = operation.NewPhases(ops, OpPay, s.paySteps())
 	s.refund = operation.NewPhases(ops, OpRefund, s.refundSteps())
 	return s

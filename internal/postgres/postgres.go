@@ -39,6 +39,10 @@ type PoolConfig struct {
 	// authentication_timeout (a minute), or forever if nobody is there. A
 	// connect_timeout in the database URL wins over it.
 	ConnectTimeout time.Duration
+	// Tracer sees every query, batch and connect (e.g. otelpgx's, which
+	// puts a span on each inside a traced request). Default none: pgx calls
+	// no tracer at all.
+	Tracer pgx.QueryTracer
 }
 
 // DefaultConnectTimeout bounds opening a connection unless
@@ -70,6 +74,9 @@ func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(pc.StatementTimeout.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["application_name"] = "oncepay"
+	if pc.Tracer != nil {
+		cfg.ConnConfig.Tracer = pc.Tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)

@@ -12,11 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tracing"
 	"github.com/oncepay/oncepay/internal/webhooks/internal/dbsqlc"
 )
 
@@ -37,6 +40,7 @@ type Worker struct {
 	observe func(result string)
 	// roundTimeout bounds one ProcessOnce of Run (WithRoundTimeout).
 	roundTimeout time.Duration
+	tracer       trace.Tracer
 }
 
 // DefaultRoundTimeout bounds one round of Run unless WithRoundTimeout says
@@ -90,10 +94,22 @@ func WithSignal(s *outbox.Signal) WorkerOption {
 	return func(w *Worker) { w.events = s }
 }
 
+// WithTracerProvider traces the processing of every receipt with tp: one
+// span per receipt with its result, linked to the trace of the request that
+// started the payment or refund it finishes (default none:
+// tracing.Disabled).
+func WithTracerProvider(tp trace.TracerProvider) WorkerOption {
+	return func(w *Worker) { w.tracer = tp.Tracer(instrumentation) }
+}
+
+// instrumentation names this package's spans' instrumentation scope.
+const instrumentation = "github.com/oncepay/oncepay/internal/webhooks"
+
 // NewWorker returns a worker. Pass its Notify to NewReceiver (WithNotify) so
 // a new receipt wakes Run at once.
 func NewWorker(pool *pgxpool.Pool, pay *payments.Service, logger *slog.Logger, now func() time.Time, opts ...WorkerOption) *Worker {
-	w := &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}, roundTimeout: DefaultRoundTimeout}
+	w := &Worker{pool: pool, pay: pay, logger: logger, now: now, wake: make(chan struct{}, 1), observe: func(string) {}, roundTimeout: DefaultRoundTimeout,
+		tracer: tracing.Disabled().Tracer(instrumentation)}
 	for _, o := range opts {
 		o(w)
 	}
@@ -153,7 +169,7 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		slices.SortStableFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ev.created, b.ev.created) })
 		results = results[:0]
 		for _, c := range batch {
-			res, err := w.process(ctx, tx, c, now)
+			res, err := w.traced(ctx, tx, c, now)
 			if err != nil {
 				return err
 			}
@@ -175,6 +191,25 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		w.events.Committed()
 	}
 	return done, nil
+}
+
+// traced processes c in a span of its own. It ends before the round
+// commits: a round that rolls back leaves spans of work that did not commit,
+// with the round's error on none of them.
+func (w *Worker) traced(ctx context.Context, tx pgx.Tx, c claimed, now time.Time) (string, error) {
+	name := "webhook"
+	if c.parseErr == nil {
+		name += " " + c.ev.typ
+	}
+	ctx, span := w.tracer.Start(ctx, name, trace.WithAttributes(tracing.WebhookID.String(c.row.DeliveryID)))
+	defer span.End()
+	res, err := w.process(ctx, tx, c, now)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return res, err
+	}
+	span.SetAttributes(tracing.WebhookResult.String(res))
+	return res, nil
 }
 
 // process applies one claimed receipt in tx and returns its result: every

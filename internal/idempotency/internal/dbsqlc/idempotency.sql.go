@@ -61,7 +61,7 @@ WITH expired AS (
 UPDATE api_idempotency a SET locked_until = $1, updated_at = $2, recoveries = a.recoveries + 1
 FROM expired e
 WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
-RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at, a.held_at, a.recoveries, a.next_recovery_at
+RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at, a.held_at, a.recoveries, a.next_recovery_at, a.trace_context
 `
 
 type IdempotencyClaimExpiredParams struct {
@@ -112,6 +112,7 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 			&i.HeldAt,
 			&i.Recoveries,
 			&i.NextRecoveryAt,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -214,7 +215,7 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 `
 
@@ -249,12 +250,13 @@ func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) 
 		&i.HeldAt,
 		&i.Recoveries,
 		&i.NextRecoveryAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const idempotencyGetForUpdate = `-- name: IdempotencyGetForUpdate :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at FROM api_idempotency
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 FOR UPDATE
 `
@@ -288,6 +290,7 @@ func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg IdempotencyGe
 		&i.HeldAt,
 		&i.Recoveries,
 		&i.NextRecoveryAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -322,12 +325,12 @@ func (q *Queries) IdempotencyHold(ctx context.Context, arg IdempotencyHoldParams
 const idempotencyInsert = `-- name: IdempotencyInsert :one
 INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
 ) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
 `
 
 type IdempotencyInsertParams struct {
@@ -339,6 +342,7 @@ type IdempotencyInsertParams struct {
 	RequestID      string
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
+	TraceContext   []byte
 }
 
 // IdempotencyInsert claims a key. It returns no row (pgx.ErrNoRows) when
@@ -354,6 +358,7 @@ func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertPa
 		arg.RequestID,
 		arg.CreatedAt,
 		arg.ExpiresAt,
+		arg.TraceContext,
 	)
 	var i ApiIdempotency
 	err := row.Scan(
@@ -376,6 +381,7 @@ func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertPa
 		&i.HeldAt,
 		&i.Recoveries,
 		&i.NextRecoveryAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -404,13 +410,34 @@ func (q *Queries) IdempotencySetNextRecovery(ctx context.Context, arg Idempotenc
 	return err
 }
 
+const idempotencyTraceContext = `-- name: IdempotencyTraceContext :one
+SELECT trace_context FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+`
+
+type IdempotencyTraceContextParams struct {
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyTraceContext reads the trace context the claim stored, for a
+// trace that links to the original request's (a webhook that finished the
+// operation).
+func (q *Queries) IdempotencyTraceContext(ctx context.Context, arg IdempotencyTraceContextParams) ([]byte, error) {
+	row := q.db.QueryRow(ctx, idempotencyTraceContext, arg.TenantID, arg.Operation, arg.IdempotencyKey)
+	var trace_context []byte
+	err := row.Scan(&trace_context)
+	return trace_context, err
+}
+
 const idempotencyUnhold = `-- name: IdempotencyUnhold :one
 UPDATE api_idempotency
 SET held_at = NULL, locked_until = $1::timestamptz, recoveries = 0, next_recovery_at = NULL,
     updated_at = $1::timestamptz
 WHERE tenant_id = $2 AND operation = $3 AND idempotency_key = $4
   AND state = 'pending' AND held_at IS NOT NULL
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
 `
 
 type IdempotencyUnholdParams struct {
@@ -451,6 +478,7 @@ func (q *Queries) IdempotencyUnhold(ctx context.Context, arg IdempotencyUnholdPa
 		&i.HeldAt,
 		&i.Recoveries,
 		&i.NextRecoveryAt,
+		&i.TraceContext,
 	)
 	return i, err
 }

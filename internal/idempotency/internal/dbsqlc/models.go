@@ -30,4 +30,5 @@ type ApiIdempotency struct {
 	HeldAt          *time.Time
 	Recoveries      int32
 	NextRecoveryAt  *time.Time
+	TraceContext    []byte
 }

@@ -27,4 +27,5 @@ type OutboxEvent struct {
 	LockedBy       *uuid.UUID
 	NextAttemptAt  *time.Time
 	StuckAt        *time.Time
+	TraceContext   []byte
 }

@@ -26,7 +26,7 @@ UPDATE outbox_events e
 SET locked_until = $1::timestamptz, locked_by = $2::uuid
 FROM due
 WHERE e.id = due.id
-RETURNING e.id, e.seq, e.tenant_id, e.event_type, e.aggregate_type, e.aggregate_id, e.idempotency_key, e.payload, e.occurred_at, e.published_at, e.attempts, e.last_error, e.locked_until, e.locked_by, e.next_attempt_at, e.stuck_at
+RETURNING e.id, e.seq, e.tenant_id, e.event_type, e.aggregate_type, e.aggregate_id, e.idempotency_key, e.payload, e.occurred_at, e.published_at, e.attempts, e.last_error, e.locked_until, e.locked_by, e.next_attempt_at, e.stuck_at, e.trace_context
 `
 
 type OutboxClaimBatchParams struct {
@@ -76,6 +76,7 @@ func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchPara
 			&i.LockedBy,
 			&i.NextAttemptAt,
 			&i.StuckAt,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -132,7 +133,7 @@ func (q *Queries) OutboxExists(ctx context.Context, arg OutboxExistsParams) (boo
 }
 
 const outboxGet = `-- name: OutboxGet :one
-SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events WHERE id = $1
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context FROM outbox_events WHERE id = $1
 `
 
 func (q *Queries) OutboxGet(ctx context.Context, id uuid.UUID) (OutboxEvent, error) {
@@ -155,13 +156,14 @@ func (q *Queries) OutboxGet(ctx context.Context, id uuid.UUID) (OutboxEvent, err
 		&i.LockedBy,
 		&i.NextAttemptAt,
 		&i.StuckAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const outboxInsert = `-- name: OutboxInsert :exec
-INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 `
 
 type OutboxInsertParams struct {
@@ -173,6 +175,7 @@ type OutboxInsertParams struct {
 	IdempotencyKey string
 	Payload        []byte
 	OccurredAt     time.Time
+	TraceContext   []byte
 }
 
 func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) error {
@@ -185,12 +188,13 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) erro
 		arg.IdempotencyKey,
 		arg.Payload,
 		arg.OccurredAt,
+		arg.TraceContext,
 	)
 	return err
 }
 
 const outboxListNewest = `-- name: OutboxListNewest :many
-SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context FROM outbox_events
 WHERE tenant_id = $1 AND (NOT $2::bool OR seq < $3::bigint)
 ORDER BY seq DESC
 LIMIT $4
@@ -236,6 +240,7 @@ func (q *Queries) OutboxListNewest(ctx context.Context, arg OutboxListNewestPara
 			&i.LockedBy,
 			&i.NextAttemptAt,
 			&i.StuckAt,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -248,7 +253,7 @@ func (q *Queries) OutboxListNewest(ctx context.Context, arg OutboxListNewestPara
 }
 
 const outboxListStuck = `-- name: OutboxListStuck :many
-SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at FROM outbox_events
+SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context FROM outbox_events
 WHERE stuck_at IS NOT NULL AND published_at IS NULL
 ORDER BY seq
 LIMIT $1
@@ -281,6 +286,7 @@ func (q *Queries) OutboxListStuck(ctx context.Context, maxRows int32) ([]OutboxE
 			&i.LockedBy,
 			&i.NextAttemptAt,
 			&i.StuckAt,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -395,7 +401,7 @@ const outboxRetry = `-- name: OutboxRetry :one
 UPDATE outbox_events
 SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
 WHERE id = $1 AND published_at IS NULL
-RETURNING id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at
+RETURNING id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context
 `
 
 // OutboxRetry makes an unpublished event due at once with a fresh count of
@@ -421,6 +427,7 @@ func (q *Queries) OutboxRetry(ctx context.Context, id uuid.UUID) (OutboxEvent, e
 		&i.LockedBy,
 		&i.NextAttemptAt,
 		&i.StuckAt,
+		&i.TraceContext,
 	)
 	return i, err
 }
