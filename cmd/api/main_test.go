@@ -651,7 +651,7 @@ func TestAttentionAndIdempotencyCommands(t *testing.T) {
 	if _, err := runOut("idempotency", "show", "--tenant", "initech", "--operation", "orders.create", "--key", "never"); err == nil || !strings.Contains(err.Error(), "no idempotency record") {
 		t.Fatalf("show of an unknown key: %v", err)
 	}
-	if _, err := runOut("idempotency", "show", "--tenant", "nobody", "--operation", "orders.create", "--key", "order-1"); err == nil || !strings.Contains(err.Error(), `no tenant "nobody"`) {
+	if _, err := runOut("idempotency", "show", "--tenant", "nobody", "--operation", "orders.create", "--key", "order-1"); err == nil || !strings.Contains(err.Error(), `no such tenant: "nobody"`) {
 		t.Fatalf("show in an unknown tenant: %v", err)
 	}
 }

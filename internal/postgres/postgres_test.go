@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 type bundle struct {
@@ -198,8 +199,9 @@ func TestMigrateDownAndUp(t *testing.T) {
 func TestInTxRollbackIsBounded(t *testing.T) {
 	t.Parallel()
 	setup(t) // the database exists and has table t
-	proxy := newProxy(t, testdb.URL(t))
-	pool, err := postgres.Open(context.Background(), proxy.url, postgres.PoolConfig{MaxConns: 1})
+	dbURL := testdb.URL(t)
+	proxy := testkit.StartFaultProxy(t, testkit.Upstream(t, dbURL))
+	pool, err := postgres.Open(context.Background(), proxy.Through(t, dbURL), postgres.PoolConfig{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func TestInTxRollbackIsBounded(t *testing.T) {
 			if _, err := tx.Exec(context.Background(), `SELECT 1`); err != nil {
 				return err
 			}
-			proxy.blackhole(t)
+			proxy.Blackhole(t)
 			return errFn
 		})
 	}()
@@ -221,9 +223,9 @@ func TestInTxRollbackIsBounded(t *testing.T) {
 		if !errors.Is(err, errFn) {
 			t.Fatalf("InTx = %v, want fn's error", err)
 		}
-		proxy.heal() // so that closing the pool does not wait on the dead link
+		proxy.Heal() // so that closing the pool does not wait on the dead link
 	case <-time.After(3 * postgres.RollbackTimeout):
-		proxy.heal()
+		proxy.Heal()
 		t.Fatalf("InTx still rolling back after %s against a database that never answers", 3*postgres.RollbackTimeout)
 	}
 }
