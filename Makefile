@@ -103,11 +103,19 @@ fuzz:
 ## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
 ##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_API_ENV for
 ##        the API's environment (docs/BENCHMARKS.md)
+##        BENCH_SERVICE_CPUS and BENCH_CLIENT_CPUS (taskset lists, e.g. 0 and 1) pin PostgreSQL, the simulator and
+##        the API, and the load generator, to CPUs of their own
 BENCH_DURATION ?= 10s
 BENCH_ARGS ?=
 BENCH_API_ENV ?=
+BENCH_SERVICE_CPUS ?=
+BENCH_CLIENT_CPUS ?=
 bench: build
-	@DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
+	@if [ -n "$(BENCH_SERVICE_CPUS)" ]; then taskset -pc "$(BENCH_SERVICE_CPUS)" $$$$ >/dev/null || exit 1; \
+	   echo "bench: PostgreSQL, the simulator and the API on CPUs $(BENCH_SERVICE_CPUS)"; fi; \
+	 pin=""; if [ -n "$(BENCH_CLIENT_CPUS)" ]; then pin="taskset -c $(BENCH_CLIENT_CPUS)"; \
+	   echo "bench: the load generator on CPUs $(BENCH_CLIENT_CPUS)"; fi; \
+	 DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
 	 mkdir -p .data/bench; \
 	 port=""; \
 	 for _ in $$(seq 1 200); do \
@@ -123,18 +131,23 @@ bench: build
 	 pid=$$!; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
-	 $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
+	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
 ## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it
 ##           offered open loop for OVERLOAD_DURATION (60s), then SOAK (30m) at SOAK_FRACTION (0.5) of it
 ##           (docs/RELIABILITY.md, "Overload")
+##           The generator gets the last CPU and the service the others (OVERLOAD_CLIENT_CPUS, OVERLOAD_SERVICE_CPUS;
+##           empty for none), so that offering 5x does not take the service's CPU: on one CPU nothing is pinned
 OVERLOAD_FACTOR ?= 5
 OVERLOAD_DURATION ?= 60s
 SOAK ?= 30m
 SOAK_FRACTION ?= 0.5
+OVERLOAD_CLIENT_CPUS ?= $(shell n=$$(nproc); [ "$$n" -ge 2 ] && command -v taskset >/dev/null && echo $$((n-1)))
+OVERLOAD_SERVICE_CPUS ?= $(shell n=$$(nproc); [ "$$n" -ge 2 ] && command -v taskset >/dev/null && echo 0-$$((n-2)))
 overload:
 	@$(MAKE) --no-print-directory bench BENCH_DURATION=10s \
+	  BENCH_SERVICE_CPUS="$(OVERLOAD_SERVICE_CPUS)" BENCH_CLIENT_CPUS="$(OVERLOAD_CLIENT_CPUS)" \
 	  BENCH_ARGS="--clients 16 --overload $(OVERLOAD_FACTOR) --overload-duration $(OVERLOAD_DURATION) --soak $(SOAK) --soak-fraction $(SOAK_FRACTION) $(BENCH_ARGS)"
 
 ## bench-outbox: outbox burn-down (100,000 events to JetStream) and commit-to-consumed latency at

@@ -55,6 +55,8 @@ type App struct {
 	opts   options
 	pool   *pgxpool.Pool
 	ln     net.Listener
+	// conns bounds the connections ln holds open (MAX_CONNECTIONS).
+	conns *httpapi.ConnLimiter
 	// handler serves the starting answers until Start has built the API
 	// (startup.go), then the API.
 	handler  *switchHandler
@@ -176,10 +178,13 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 		tp = tracing.Disabled()
 	}
 	a.tp = tp
-	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
 		shutdownTraces(traces)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	a.conns = httpapi.NewConnLimiter(cfg.MaxConnections)
+	a.ln = a.conns.Listener(ln)
 	a.handler = newSwitchHandler(httpapi.Starting(a.waitingFor, logger))
 	return a, nil
 }
@@ -256,6 +261,7 @@ func (a *App) build(ctx context.Context) (err error) {
 	}
 	admission := httpapi.NewAdmission(cfg.MaxInFlight, cfg.AdmissionWait, httpapi.WithShedObserver(m.Shed))
 	m.WatchAdmission(admission.InFlight, admission.Limit())
+	m.WatchConnections(a.conns.Open, a.conns.Limit(), a.conns.Reclaimed)
 	a.api = httpapi.New(pool, m.Handler(),
 		webhooks.NewReceiver(pool, a.verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
@@ -597,6 +603,9 @@ func (a *App) httpServer(h http.Handler) *http.Server {
 		WriteTimeout:      a.cfg.WriteTimeout + 5*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		// The limiter learns which connections are idle, to close the
+		// longest idle one when a new client finds every slot taken.
+		ConnState: a.conns.ConnState,
 		// "OPTIONS *" reaches the handler (and its problem+json 404)
 		// instead of net/http's own empty 200.
 		DisableGeneralOptionsHandler: true,

@@ -58,6 +58,7 @@ func testConfig(t *testing.T) app.Config {
 		StartupTimeout:    time.Minute,
 		MaxInFlight:       httpapi.DefaultMaxInFlight,
 		AdmissionWait:     httpapi.DefaultAdmissionWait,
+		MaxConnections:    httpapi.DefaultMaxConnections,
 		PSPAPIKey:         testPSPKey,
 		PSPTimeout:        5 * time.Second,
 		PSPWebhookSecrets: []string{app.DemoWebhookSecret},

@@ -82,6 +82,13 @@ type Config struct {
 	// operator's endpoints are never shed.
 	MaxInFlight   int
 	AdmissionWait time.Duration
+	// MaxConnections bounds the connections the server holds open at once
+	// (MAX_CONNECTIONS, default httpapi.DefaultMaxConnections, 4096; at least
+	// MaxInFlight). Past it new connections wait in the kernel's accept
+	// queue, and an idle keep-alive connection is closed to make room
+	// (httpapi.ConnLimiter): the goroutines and memory of an overloaded
+	// server stay bounded by it, not by the offered load.
+	MaxConnections int
 
 	// PSPURL is the payment provider's base URL (PSP_URL; `api serve`
 	// refuses to start without it, see CheckServe). The service never runs a
@@ -242,6 +249,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StartupTimeout:   r.duration("STARTUP_TIMEOUT", DefaultStartupTimeout),
 		MaxInFlight:      r.integer("MAX_IN_FLIGHT", httpapi.DefaultMaxInFlight, 1, 100_000),
 		AdmissionWait:    r.duration("ADMISSION_WAIT", httpapi.DefaultAdmissionWait),
+		MaxConnections:   r.integer("MAX_CONNECTIONS", httpapi.DefaultMaxConnections, 1, 1_000_000),
 
 		PSPURL:                getenv("PSP_URL"),
 		PSPAPIKey:             getenv("PSP_API_KEY"),
@@ -314,6 +322,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.WriteTimeout > 0 && c.AdmissionWait >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("ADMISSION_WAIT (%s) must be shorter than WRITE_TIMEOUT (%s): the wait for a slot counts against the request's deadline, which would end it first", c.AdmissionWait, c.WriteTimeout))
+	}
+	if c.MaxConnections > 0 && c.MaxConnections < c.MaxInFlight {
+		r.errs = append(r.errs, fmt.Errorf("MAX_CONNECTIONS (%d) must be at least MAX_IN_FLIGHT (%d): the requests admitted at once each need a connection", c.MaxConnections, c.MaxInFlight))
 	}
 	if c.OutboxLease <= c.OutboxPublishTimeout {
 		r.errs = append(r.errs, fmt.Errorf("OUTBOX_LEASE (%s) must be longer than OUTBOX_PUBLISH_TIMEOUT (%s): another dispatcher would publish rows that are still being published", c.OutboxLease, c.OutboxPublishTimeout))

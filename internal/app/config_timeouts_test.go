@@ -73,4 +73,17 @@ func TestTimeoutsAreBoundedAndValidated(t *testing.T) {
 		!strings.Contains(err.Error(), "ADMISSION_WAIT (10s) must be shorter than WRITE_TIMEOUT (10s)") {
 		t.Errorf("an admission wait as long as the request's deadline: %v", err)
 	}
+
+	// Every admitted request needs a connection: fewer connections than
+	// admission slots and the slots could never all be used.
+	env = map[string]string{"DATABASE_URL": "postgres://x", "MAX_IN_FLIGHT": "40", "MAX_CONNECTIONS": "39"}
+	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
+		!strings.Contains(err.Error(), "MAX_CONNECTIONS (39) must be at least MAX_IN_FLIGHT (40)") {
+		t.Errorf("fewer connections than admission slots: %v", err)
+	}
+	env = map[string]string{"DATABASE_URL": "postgres://x", "MAX_CONNECTIONS": "0"}
+	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
+		!strings.Contains(err.Error(), "MAX_CONNECTIONS") {
+		t.Errorf("no connections at all: %v", err)
+	}
 }

@@ -172,6 +172,28 @@ func (m *Metrics) WatchAdmission(inFlight func() int64, limit int) {
 	)
 }
 
+// WatchConnections exports the connections the server holds open (open,
+// read at each scrape), MAX_CONNECTIONS, and the idle keep-alive
+// connections closed to make room for new ones (reclaimed).
+func (m *Metrics) WatchConnections(open func() int64, limit int, reclaimed func() int64) {
+	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "oncepay_http_connections_limit",
+		Help: "MAX_CONNECTIONS: the connections held open at once; past it new ones wait in the kernel's accept queue and the longest idle one is closed to make room.",
+	})
+	limitGauge.Set(float64(limit))
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_http_connections_open",
+			Help: "HTTP connections open now, idle keep-alive ones included (at most oncepay_http_connections_limit).",
+		}, func() float64 { return float64(open()) }),
+		limitGauge,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncepay_http_connections_reclaimed_total",
+			Help: "Idle keep-alive connections closed because every connection slot was taken when a new client connected.",
+		}, func() float64 { return float64(reclaimed()) }),
+	)
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

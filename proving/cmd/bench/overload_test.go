@@ -57,6 +57,40 @@ func TestOverloadTargetsSeeGrowingLatencyAndBadAnswers(t *testing.T) {
 			t.Errorf("%s = %s, want MISS", name, bad[name])
 		}
 	}
+
+	// Goroutines are bounded by the connection limit the API exports, not
+	// by a fixed number.
+	withGoroutines := func(peak float64) string {
+		r := phase(10 * time.Millisecond)
+		for i := range 5 {
+			r.samples = append(r.samples, sample{at: time.Duration(i) * 7 * time.Second, goroutines: 70 + float64(i), rssMiB: 50, connsLimit: 100})
+		}
+		r.samples[3].goroutines = peak
+		return verdicts(overloadTargets(r, 0, 10))["API goroutines, max"]
+	}
+	if v := withGoroutines(100 + goroutineAllowance); v != "PASS" {
+		t.Errorf("goroutines at the connection limit plus the allowance: %s, want PASS", v)
+	}
+	if v := withGoroutines(101 + goroutineAllowance); v != "MISS" {
+		t.Errorf("goroutines past the connection limit plus the allowance: %s, want MISS", v)
+	}
+
+	// Goroutines that grow over the phase are connections piling up, even
+	// under the bound.
+	growth := func(last float64) string {
+		r := phase(10 * time.Millisecond)
+		for i := range 7 {
+			r.samples = append(r.samples, sample{at: time.Duration(i) * 5 * time.Second, goroutines: 100, rssMiB: 50, connsLimit: 4096})
+		}
+		r.samples[6].goroutines = last // at 30s: the last third
+		return verdicts(overloadTargets(r, 0, 10))["API goroutines, last third / first third"]
+	}
+	if v := growth(140); v != "PASS" {
+		t.Errorf("goroutines 1.4x: %s, want PASS", v)
+	}
+	if v := growth(160); v != "MISS" {
+		t.Errorf("goroutines 1.6x: %s, want MISS", v)
+	}
 }
 
 // A soak whose memory grows is not flat.
