@@ -133,7 +133,7 @@ type Config struct {
 	// Retention is how long each kind of record is kept: per operation of
 	// the registry (Operations: RETENTION_ORDERS_CREATE 7d,
 	// RETENTION_PAYMENTS_CREATE 45d, RETENTION_REFUNDS_CREATE 45d), and
-	// RETENTION_PROCESSED_MESSAGES 35d, RETENTION_WEBHOOK_RECEIPTS 7d,
+	// RETENTION_PROCESSED_MESSAGES 42d, RETENTION_WEBHOOK_RECEIPTS 7d,
 	// RETENTION_PUBLISHED_EVENTS 35d. A retention shorter than a horizon it
 	// must cover refuses to start.
 	Retention retention.Policy

@@ -102,7 +102,7 @@ type Policy struct {
 func DefaultPolicy() Policy {
 	return Policy{
 		Idempotency:       idempotency.Policy{},
-		ProcessedMessages: 35 * Day,
+		ProcessedMessages: 42 * Day,
 		WebhookReceipts:   7 * Day,
 		PublishedEvents:   35 * Day,
 	}
@@ -145,11 +145,15 @@ func Check(p Policy, h Horizons, ops Covers) error {
 	check("processed_messages", p.ProcessedMessages, mechanismCovers["processed_messages"])
 	check("webhook_receipts", p.WebhookReceipts, mechanismCovers["webhook_receipts"])
 	check("published_events", p.PublishedEvents, mechanismCovers["published_events"])
-	// An operator can replay any event the outbox still holds; its consumers
-	// must still recognise it then, or the replay runs the effect again.
-	if p.ProcessedMessages < p.PublishedEvents {
-		errs = append(errs, fmt.Errorf("retention of processed_messages (%s) is shorter than that of published_events (%s): a replay of a kept event would run its effect again",
-			days(p.ProcessedMessages), days(p.PublishedEvents)))
+	// An operator can replay any event the outbox still holds (and at least
+	// within the replay horizon), and the replay is a new message in the
+	// stream that may wait there, for a consumer that is down, as long as
+	// the broker keeps messages (the stream's max age, at most the queue
+	// redelivery horizon). The consumers must still recognise it when it
+	// finally arrives, or the replay runs the effect again.
+	if need := max(p.PublishedEvents, h.OperatorReplay) + h.QueueRedelivery; p.ProcessedMessages < need {
+		errs = append(errs, fmt.Errorf("retention of processed_messages (%s) is shorter than the age of a replayable event (%s, the longer of published_events' retention and the operator replay horizon) plus the queue redelivery horizon it may then wait in the stream (%s): a replay of a kept event consumed late would run its effect again",
+			days(p.ProcessedMessages), days(max(p.PublishedEvents, h.OperatorReplay)), days(h.QueueRedelivery)))
 	}
 	return errors.Join(errs...)
 }

@@ -65,13 +65,26 @@ func TestCheck(t *testing.T) {
 	}
 
 	// Covering the horizons is not enough for the inbox: it must outlive the
-	// events an operator can still replay.
+	// events an operator can still replay, plus the time a replay may wait
+	// in the stream for its consumer. 35 days covers each bound alone and
+	// still misses a 34-day-old event replayed and consumed 2 days later.
 	replayable := defaultPolicy()
-	replayable.ProcessedMessages = 31 * retention.Day
+	replayable.ProcessedMessages = 35 * retention.Day
 	replayable.PublishedEvents = 35 * retention.Day
 	err = retention.Check(replayable, retention.DefaultHorizons(), covers)
-	if want := "retention of processed_messages (31d) is shorter than that of published_events (35d)"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "retention of processed_messages (35d) is shorter than the age of a replayable event (35d, the longer of published_events' retention and the operator replay horizon) plus the queue redelivery horizon it may then wait in the stream (7d)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v does not say %q", err, want)
+	}
+	replayable.ProcessedMessages = 42 * retention.Day
+	if err := retention.Check(replayable, retention.DefaultHorizons(), covers); err != nil {
+		t.Fatalf("35 days of replayable events plus 7 in the stream, kept 42 days: %v", err)
+	}
+	// The operator replay horizon counts when the outbox keeps its events
+	// for less than it.
+	replayable.PublishedEvents = 30 * retention.Day
+	replayable.ProcessedMessages = 36 * retention.Day
+	if err := retention.Check(replayable, retention.DefaultHorizons(), covers); err == nil || !strings.Contains(err.Error(), "(36d) is shorter than the age of a replayable event (30d") {
+		t.Fatalf("36 days against a 30-day replay horizon plus 7 in the stream: %v", err)
 	}
 }
 
