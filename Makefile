@@ -160,7 +160,8 @@ bench-outbox:
 	 $(GO) run ./proving/cmd/outboxbench $(OUTBOXBENCH_ARGS)
 
 ## chaos: start the real stack (2 APIs, pspsim, a PostgreSQL of the run's own, NATS with the outbox) and drive
-##        CHAOS_INTENTS seeded intents through real faults (the database killed and stopped among them), then check
+##        CHAOS_INTENTS seeded intents through real faults (the database killed and stopped, and the network to
+##        PostgreSQL, NATS and the provider broken, among them), then check
 ##        "charged exactly once" and the other invariants; CHAOS_SEED replays a schedule, CHAOS_ARGS passes more
 ##        flags (--db-faults=false runs on DATABASE_URL without database faults; docs/RELIABILITY.md)
 CHAOS_INTENTS ?= 10000

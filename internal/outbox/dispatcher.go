@@ -297,7 +297,9 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, logger *slog.Logg
 	pc.MinConns = 0
 	pc.MaxConns = int32(d.cfg.concurrency) + 1 // #nosec G115 -- the concurrency is set in code (default 2), never near MaxInt32
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	pc.ConnConfig.RuntimeParams["application_name"] = "oncepay-outbox"
+	// The pool's own name (oncepay, or what DATABASE_URL says) with
+	// "-outbox": the bookkeeping connections of this process.
+	pc.ConnConfig.RuntimeParams["application_name"] += "-outbox"
 	book, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
 	if err != nil {
 		return nil, fmt.Errorf("outbox dispatcher pool: %w", err)

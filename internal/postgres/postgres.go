@@ -45,6 +45,10 @@ type PoolConfig struct {
 	Tracer pgx.QueryTracer
 }
 
+// ApplicationName is the application_name of the service's connections
+// when DATABASE_URL does not set one.
+const ApplicationName = "oncepay"
+
 // DefaultConnectTimeout bounds opening a connection unless
 // PoolConfig.ConnectTimeout or the URL's connect_timeout says otherwise.
 const DefaultConnectTimeout = 5 * time.Second
@@ -73,7 +77,13 @@ func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool
 	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(pc.StatementTimeout.Milliseconds())
-	cfg.ConnConfig.RuntimeParams["application_name"] = "oncepay"
+	// The service's connections are "oncepay" in pg_stat_activity unless
+	// the URL names them (application_name=...): several instances on one
+	// database can then be told apart, e.g. by an operator looking for the
+	// instance that holds a lock.
+	if _, named := cfg.ConnConfig.RuntimeParams["application_name"]; !named {
+		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
+	}
 	if pc.Tracer != nil {
 		cfg.ConnConfig.Tracer = pc.Tracer
 	}

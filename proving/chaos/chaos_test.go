@@ -40,6 +40,7 @@ func TestChaosShort(t *testing.T) {
 		RepoDir:       repoRoot(t),
 		WorkDir:       t.TempDir(),
 		DBFaults:      true,
+		NetFaults:     true,
 		Race:          raceEnabled,
 		ProxyRate:     0.15,
 		IntentBudget:  60 * time.Second,
@@ -63,14 +64,21 @@ func TestChaosShort(t *testing.T) {
 	if rep.Unsettled != "" {
 		t.Errorf("not settled: %s", rep.Unsettled)
 	}
+	// The network faults reached the APIs only if the APIs went through
+	// the fault proxies.
+	for _, dep := range Dependencies {
+		if rep.LinkBytes[dep] == 0 {
+			t.Errorf("nothing went through the fault proxy in front of %s: the APIs went around it", dep)
+		}
+	}
 }
 
 // TestPlanIsReplayable: the same seed gives the same schedule, another seed
 // another one, and a short plan still schedules every timed fault.
 func TestPlanIsReplayable(t *testing.T) {
 	t.Parallel()
-	a := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true})
-	b := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true})
+	a := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true, Network: true})
+	b := NewPlan(7, PlanOptions{Intents: 150, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Postgres: true, Network: true})
 	if a.Hash() != b.Hash() {
 		t.Fatalf("same seed, different schedules: %s vs %s", a.Hash(), b.Hash())
 	}
@@ -86,7 +94,7 @@ func TestPlanIsReplayable(t *testing.T) {
 	}
 	for _, k := range []StepKind{StepKillAPI, StepKillRecorder, StepTerminatePG, StepProviderFail, StepProviderTimeout, StepProviderDrop,
 		StepProviderRates, StepWebhookDup, StepWebhookReorder, StepKillDispatcher, StepKillBroker, StepReplay,
-		StepKillPostgres, StepPostgresOutage} {
+		StepKillPostgres, StepPostgresOutage, StepNetLatency, StepNetCut, StepNetBlackhole, StepNetBandwidth} {
 		if !kinds[k] {
 			t.Errorf("no %s step in a 150-intent plan", k)
 		}
@@ -120,7 +128,7 @@ func TestStartStackFailureIsReported(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := startStack(ctx, bin, dir, "postgres://nobody@127.0.0.1:1/none", 1, false, 5*time.Second, 6*time.Second)
+	s, err := startStack(ctx, bin, dir, "postgres://nobody@127.0.0.1:1/none", 1, false, false, 5*time.Second, 6*time.Second)
 	if err == nil {
 		s.stop()
 		t.Fatal("the stack started without an API binary")
@@ -162,6 +170,53 @@ func TestPlanDatabaseFaults(t *testing.T) {
 	for _, s := range NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400}).Steps {
 		if s.Kind == StepKillPostgres || s.Kind == StepPostgresOutage {
 			t.Fatalf("a plan without database faults has a %s step", s.Kind)
+		}
+	}
+}
+
+// The default long run breaks the link to every dependency with every kind
+// of network fault, several times in all, each for a bounded while; without
+// the outbox no fault is drawn for the broker, and without network faults
+// there are none.
+func TestPlanNetworkFaults(t *testing.T) {
+	t.Parallel()
+	p := NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400, Postgres: true, Network: true})
+	seen := map[StepKind]map[string]int{}
+	for _, s := range p.Steps {
+		if _, _, f := s.toxic(); f == "" {
+			continue
+		}
+		if seen[s.Kind] == nil {
+			seen[s.Kind] = map[string]int{}
+		}
+		seen[s.Kind][s.Dep]++
+		if s.Down <= 0 || s.Down > 8*time.Second {
+			t.Errorf("%s on %s for %v, want a while of at most 8s", s.Kind, s.Dep, s.Down)
+		}
+		if (s.Kind == StepNetLatency || s.Kind == StepNetBandwidth) && s.N <= 0 {
+			t.Errorf("%s without a size: %+v", s.Kind, s)
+		}
+	}
+	for _, k := range []StepKind{StepNetLatency, StepNetCut, StepNetBlackhole, StepNetBandwidth} {
+		total := 0
+		for _, dep := range Dependencies {
+			if seen[k][dep] == 0 {
+				t.Errorf("no %s on the link to %s in a 10,000-intent plan", k, dep)
+			}
+			total += seen[k][dep]
+		}
+		if total < 5 {
+			t.Errorf("%d %s steps, want several", total, k)
+		}
+	}
+	for _, s := range NewPlan(1, PlanOptions{Intents: 10000, CrashEvery: 400, Network: true}).Steps {
+		if s.Dep == DepNATS {
+			t.Fatalf("a plan without the outbox breaks the link to the broker: %+v", s)
+		}
+	}
+	for _, s := range NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, CrashEvery: 400, Postgres: true}).Steps {
+		if s.Dep != "" {
+			t.Fatalf("a plan without network faults has %+v", s)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // reconnectBound is how long an API may take, after the database is back,
@@ -160,29 +162,22 @@ func (e *executor) reconnected(ctx context.Context, since time.Time) []Reconnect
 }
 
 // listeners returns the APIs that hold a connection whose last statement
-// was the outbox dispatcher's LISTEN (its client port names the process).
+// was the outbox dispatcher's LISTEN (its application_name names the
+// process: apiName).
 func (e *executor) listeners(ctx context.Context) map[int]bool {
 	out := map[int]bool{}
-	rows, err := e.db.Query(ctx, `SELECT client_port FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN %' AND client_port IS NOT NULL`)
+	rows, err := e.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %'`)
 	if err != nil {
 		return out
 	}
-	var ports []int
-	for rows.Next() {
-		var p int
-		if rows.Scan(&p) == nil {
-			ports = append(ports, p)
-		}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return out
 	}
-	rows.Close()
-	for _, port := range ports {
+	for _, name := range names {
 		for i := range e.stack.apis {
-			p := e.stack.api(i)
-			if !p.alive() {
-				continue
-			}
-			if owns, err := ownsLocalPort(p.cmd.Process.Pid, port); err == nil && owns {
+			if (name == apiName(i) || name == apiName(i)+"-outbox") && e.stack.api(i).alive() {
 				out[i] = true
 			}
 		}

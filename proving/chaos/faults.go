@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os/exec"
 	"sync"
@@ -17,10 +18,27 @@ import (
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
-// faultCounts counts injected faults by kind.
+// faultCounts counts injected faults by kind, and the network faults by
+// the dependency whose link they broke.
 type faultCounts struct {
-	mu sync.Mutex
-	n  map[FaultKind]int
+	mu    sync.Mutex
+	n     map[FaultKind]int
+	links map[string]int
+}
+
+func (f *faultCounts) addLink(dep string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.links == nil {
+		f.links = map[string]int{}
+	}
+	f.links[dep]++
+}
+
+func (f *faultCounts) linkSnapshot() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.links)
 }
 
 func (f *faultCounts) add(k FaultKind, n int) {
@@ -133,7 +151,7 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 	case StepTerminatePG:
 		var n int
 		err := e.db.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE application_name = 'oncepay' AND datname = current_database()`).Scan(&n)
+			WHERE application_name ~ '^oncepay-api-[0-9]+$' AND datname = current_database()`).Scan(&n)
 		e.faults.add(BackendsTerminated, n)
 		return err
 	case StepProviderFail:
@@ -168,6 +186,8 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		return e.replay(ctx, st.Pick)
 	case StepKillPostgres, StepPostgresOutage:
 		return e.databaseDown(ctx, st)
+	case StepNetLatency, StepNetCut, StepNetBlackhole, StepNetBandwidth:
+		return e.netFault(ctx, st)
 	}
 	return fmt.Errorf("unknown step %q", st.Kind)
 }
@@ -176,9 +196,9 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 // there. It holds row locks (taken with lock, SKIP LOCKED, in a transaction
 // of the observer) on rows the process is about to update; the process's
 // UPDATE then waits on those locks, visible in pg_stat_activity with the
-// client port of its connection, which names the API process (through
-// /proc). That process is SIGKILLed while it waits, and only then are the
-// locks released: its write never commits.
+// application_name of its connection, which names the API process
+// (apiName). That process is SIGKILLed while it waits, and only then are
+// the locks released: its write never commits.
 type trap struct {
 	// lock selects and locks the rows, e.g. "SELECT id FROM payments WHERE
 	// status = 'pending' FOR UPDATE SKIP LOCKED".
@@ -249,21 +269,16 @@ func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err err
 	held = len(locked)
 	until := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(until) {
-		ports, err := waiters(ctx, e.db, t.waiting)
+		names, err := waiters(ctx, e.db, t.waiting)
 		if err != nil {
 			return victim, held, err
 		}
-		for _, port := range ports {
+		for _, name := range names {
 			for i := range e.stack.apis {
-				p := e.stack.api(i)
-				if !p.alive() {
+				if name != apiName(i) && name != apiName(i)+"-outbox" {
 					continue
 				}
-				owns, err := ownsLocalPort(p.cmd.Process.Pid, port)
-				if err != nil {
-					return victim, held, err
-				}
-				if owns {
+				if e.stack.api(i).alive() {
 					e.stack.killAPI(i) // returns once the process is gone
 					return i, held, nil
 				}
@@ -276,16 +291,17 @@ func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err err
 	return victim, held, nil
 }
 
-// waiters returns the client ports of the APIs' connections whose query
-// matches one of the patterns and waits on a lock.
-func waiters(ctx context.Context, db *pgxpool.Pool, patterns []string) ([]int, error) {
-	rows, err := db.Query(ctx, `SELECT client_port FROM pg_stat_activity
-		WHERE application_name IN ('oncepay', 'oncepay-outbox') AND datname = current_database()
+// waiters returns the application names (apiName) of the APIs'
+// connections whose query matches one of the patterns and waits on a lock:
+// each names the process on the other end, also through a fault proxy.
+func waiters(ctx context.Context, db *pgxpool.Pool, patterns []string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE application_name LIKE 'oncepay-api-%' AND datname = current_database()
 		  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int])
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // killDispatcher kills an API process exactly between its dispatcher's

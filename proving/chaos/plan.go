@@ -78,13 +78,27 @@ const (
 	// then started: the APIs stay up (/healthz 200, /readyz 503 meanwhile),
 	// answer 5xx instead of promises, and pick up where they were.
 	PostgresOutage FaultKind = "postgres_outage"
+	// NetworkLatency: every chunk of data on the link between the APIs and
+	// one dependency (PostgreSQL, NATS or the provider) late by 200 to 800
+	// ms, for 2 to 8 s.
+	NetworkLatency FaultKind = "network_latency"
+	// NetworkCut: every connection on the link reset, the ones in the
+	// middle of an exchange included, and every new one as soon as it
+	// sends, for 0.5 to 2 s.
+	NetworkCut FaultKind = "network_cut"
+	// NetworkBlackhole: the dependency accepts and never answers (the data
+	// goes nowhere, nothing is closed) for 1 to 6 s: every wait on it must
+	// be bounded.
+	NetworkBlackhole FaultKind = "network_blackhole"
+	// NetworkBandwidth: the link limited to 16 to 64 KB/s for 2 to 8 s.
+	NetworkBandwidth FaultKind = "network_bandwidth"
 )
 
 // FaultKinds lists every fault, in report order.
 var FaultKinds = []FaultKind{
 	ResponseDropped, ConnectionReset, APIKilled, RecorderKilled, BackendsTerminated, ProviderFailed, ProviderTimedOut,
 	ProviderDropped, WebhookDuplicated, WebhookReordered, DispatcherKilled, MarkBlocked, BrokerKilled, OperatorReplayed,
-	PostgresKilled, PostgresOutage,
+	PostgresKilled, PostgresOutage, NetworkLatency, NetworkCut, NetworkBlackhole, NetworkBandwidth,
 }
 
 // needsOutbox reports whether a fault kind exists only with the outbox
@@ -97,6 +111,12 @@ func needsOutbox(k FaultKind) bool {
 // owns its PostgreSQL (Config.DatabaseURL empty, Config.DBFaults).
 func needsOwnPostgres(k FaultKind) bool {
 	return k == PostgresKilled || k == PostgresOutage
+}
+
+// needsNetwork reports whether a fault kind exists only with the fault
+// proxies in front of the dependencies (Config.NetFaults).
+func needsNetwork(k FaultKind) bool {
+	return k == NetworkLatency || k == NetworkCut || k == NetworkBlackhole || k == NetworkBandwidth
 }
 
 // StepKind names one timed action of the schedule.
@@ -118,6 +138,10 @@ const (
 	StepReplay          StepKind = "operator_replay"
 	StepKillPostgres    StepKind = "kill_postgres"
 	StepPostgresOutage  StepKind = "postgres_outage"
+	StepNetLatency      StepKind = "net_latency"
+	StepNetCut          StepKind = "net_cut"
+	StepNetBlackhole    StepKind = "net_blackhole"
+	StepNetBandwidth    StepKind = "net_bandwidth"
 )
 
 // Step is one action of the timeline. It fires when intent At starts.
@@ -131,8 +155,11 @@ type Step struct {
 	// server process at once, 0 the postmaster alone.
 	N int `json:"n,omitempty"`
 	// Down is how long a killed process (or a stopped database) stays down
-	// before its restart.
+	// before its restart, or how long a network fault lasts.
 	Down time.Duration `json:"down,omitempty"`
+	// Dep is the dependency whose link a network fault breaks
+	// (Dependencies); N is its latency in ms or its rate in KB/s.
+	Dep string `json:"dep,omitempty"`
 	// Pick chooses among candidates (the event an operator replays).
 	Pick uint64 `json:"pick,omitempty"`
 }
@@ -202,6 +229,10 @@ type PlanOptions struct {
 	// Postgres adds the database faults (postgres_killed, postgres_outage):
 	// the run owns its PostgreSQL.
 	Postgres bool
+	// Network adds the network faults between the APIs and their
+	// dependencies (network_latency, network_cut, network_blackhole,
+	// network_bandwidth), each on a link drawn from Dependencies.
+	Network bool
 }
 
 // Tenants are the demo tenants the intents belong to, with their API keys.
@@ -334,6 +365,35 @@ func timeline(r *rand.Rand, n int, o PlanOptions) []Step {
 		}
 		for range times(2500, 1) {
 			steps = append(steps, Step{At: early(), Kind: StepPostgresOutage, Down: time.Duration(2000+r.IntN(18001)) * time.Millisecond})
+		}
+	}
+	// Drawn after those, for the same reason. Every dependency meets every
+	// kind once before the kinds repeat on links drawn at random.
+	if o.Network {
+		deps := Dependencies
+		if !o.Outbox { // no broker to reach
+			deps = []string{DepPostgres, DepProvider}
+		}
+		ms := func(lo, hi int) time.Duration { return time.Duration(lo+r.IntN(hi-lo+1)) * time.Millisecond }
+		for i := range times(1000, 1) {
+			for j, k := range []StepKind{StepNetLatency, StepNetCut, StepNetBlackhole, StepNetBandwidth} {
+				dep := deps[(i+j)%len(deps)]
+				if i >= len(deps) {
+					dep = deps[r.IntN(len(deps))]
+				}
+				st := Step{At: at(), Kind: k, Dep: dep}
+				switch k {
+				case StepNetLatency:
+					st.N, st.Down = 200+r.IntN(601), ms(2000, 8000)
+				case StepNetCut:
+					st.Down = ms(500, 2000)
+				case StepNetBlackhole:
+					st.Down = ms(1000, 6000)
+				case StepNetBandwidth:
+					st.N, st.Down = 16+r.IntN(49), ms(2000, 8000)
+				}
+				steps = append(steps, st)
+			}
 		}
 	}
 	// Stable order: by position, then as generated.

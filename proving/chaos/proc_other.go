@@ -2,20 +2,10 @@
 
 package chaos
 
-import (
-	"errors"
-	"syscall"
-)
-
-// errNotLinux marks a fault that needs Linux's /proc.
-var errNotLinux = errors.New("needs Linux /proc")
+import "syscall"
 
 // procAttr puts a child in its own process group.
 func procAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
-
-// ownsLocalPort needs /proc; elsewhere the dispatcher kill falls back to a
-// failed mark.
-func ownsLocalPort(int, int) (bool, error) { return false, errNotLinux }
 
 // childPIDs needs /proc; elsewhere a killed postmaster's server processes
 // are left to exit by themselves.

@@ -22,6 +22,9 @@ func (rep *Report) Print(w io.Writer) {
 		pgNote = " (the run's own cluster, killed and stopped on schedule)"
 	}
 	p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s%s", pgNote, map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
+	if rep.NetFaults {
+		p("  the APIs reach PostgreSQL, NATS and the provider through fault proxies (toxiproxy) that break the links on schedule")
+	}
 	crashes := "off"
 	if rep.CrashEvery > 0 {
 		crashes = fmt.Sprintf("one per %d intents", rep.CrashEvery)
@@ -65,7 +68,17 @@ func (rep *Report) Print(w io.Writer) {
 			p("  %-45s n/a (no database faults)", k)
 			continue
 		}
+		if needsNetwork(k) && !rep.NetFaults {
+			p("  %-45s n/a (no network faults)", k)
+			continue
+		}
 		p("  %-45s %d", k, rep.Faults[k])
+	}
+	if rep.NetFaults {
+		p("  network faults by link: %s %d, %s %d, %s %d", DepPostgres, rep.NetworkByLink[DepPostgres],
+			DepNATS, rep.NetworkByLink[DepNATS], DepProvider, rep.NetworkByLink[DepProvider])
+		mb := func(dep string) float64 { return float64(rep.LinkBytes[dep]) / (1 << 20) }
+		p("  carried through the links: %s %.1f MiB, %s %.1f MiB, %s %.1f MiB", DepPostgres, mb(DepPostgres), DepNATS, mb(DepNATS), DepProvider, mb(DepProvider))
 	}
 	p("invariants")
 	for _, k := range Kinds {
@@ -98,7 +111,7 @@ func (rep *Report) Print(w io.Writer) {
 func (rep *Report) MissingFaults() []FaultKind {
 	var out []FaultKind
 	for _, k := range FaultKinds {
-		if needsOutbox(k) && !rep.Features.Dispatcher || needsOwnPostgres(k) && !rep.DBFaults {
+		if needsOutbox(k) && !rep.Features.Dispatcher || needsOwnPostgres(k) && !rep.DBFaults || needsNetwork(k) && !rep.NetFaults {
 			continue
 		}
 		if k == MarkBlocked {

@@ -45,6 +45,11 @@ type Config struct {
 	// postgres_outage. They need the private cluster: DatabaseURL must be
 	// empty.
 	DBFaults bool
+	// NetFaults puts a fault proxy (toxiproxy) between the APIs and each of
+	// PostgreSQL, NATS and the provider, and schedules network faults on
+	// those links: latency, connections cut, a peer that never answers, a
+	// narrow link.
+	NetFaults bool
 	// KeepPostgres keeps the private cluster's folder also when the run
 	// passed (a failed run always keeps it).
 	KeepPostgres bool
@@ -142,8 +147,16 @@ type Report struct {
 	OutboxNote string `json:"outbox_note"`
 	// DBFaults: the run owned its PostgreSQL and took it away; PostgresDir
 	// is the cluster's folder when it was kept.
-	DBFaults    bool   `json:"db_faults"`
-	PostgresDir string `json:"postgres_dir,omitempty"`
+	DBFaults bool `json:"db_faults"`
+	// NetFaults: the APIs reached their dependencies through fault proxies
+	// that broke the links on schedule; NetworkByLink counts the faults per
+	// dependency.
+	NetFaults     bool           `json:"net_faults"`
+	NetworkByLink map[string]int `json:"network_by_link,omitempty"`
+	// LinkBytes is what each fault proxy carried, both ways: 0 would mean
+	// the APIs went around it.
+	LinkBytes   map[string]int64 `json:"link_bytes,omitempty"`
+	PostgresDir string           `json:"postgres_dir,omitempty"`
 	// Outages sums up the database's absences; GaveUp counts the calls
 	// whose client gave up while the database was away (resumed after
 	// settling, see gaveUpDuringOutage).
@@ -243,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	rep = &Report{Seed: cfg.Seed, Intents: cfg.Intents, Concurrency: cfg.Concurrency, Race: cfg.Race, WorkDir: cfg.WorkDir,
-		CrashEvery: cfg.CrashEvery, Lease: cfg.Lease, ClientAttempts: cfg.ClientAttempts, DBFaults: cfg.DBFaults}
+		CrashEvery: cfg.CrashEvery, Lease: cfg.Lease, ClientAttempts: cfg.ClientAttempts, DBFaults: cfg.DBFaults, NetFaults: cfg.NetFaults}
 	outbox := cfg.Outbox == OutboxOn
 	switch cfg.Outbox {
 	case OutboxAuto:
@@ -263,7 +276,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	rep.Features = Features{Dispatcher: outbox, Fulfillment: outbox}
-	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery, Postgres: cfg.DBFaults})
+	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery, Postgres: cfg.DBFaults, Network: cfg.NetFaults})
 	rep.Plan, rep.PlanHash = plan, plan.Hash()
 	if err := writeJSON(filepath.Join(cfg.WorkDir, "plan.json"), plan); err != nil {
 		return nil, err
@@ -293,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	defer db.Close()
-	st, err := startStack(ctx, bin, cfg.WorkDir, dbURL, cfg.Seed, outbox, cfg.ProviderKeyRetention, cfg.Lease)
+	st, err := startStack(ctx, bin, cfg.WorkDir, dbURL, cfg.Seed, outbox, cfg.NetFaults, cfg.ProviderKeyRetention, cfg.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -355,6 +368,9 @@ func (r *runner) run(ctx context.Context) error {
 
 	settleBegan := time.Now()
 	r.proxy.SetFaulty(false)
+	if r.stack.links != nil {
+		r.stack.links.heal(ctx)
+	}
 	if err := r.psp.reset(ctx); err != nil {
 		return err
 	}
@@ -386,20 +402,25 @@ func (r *runner) run(ctx context.Context) error {
 // load runs every intent with Concurrency clients and feeds the schedule's
 // steps to the executor as the intents reach them.
 func (r *runner) load(ctx context.Context) []Outcome {
-	// Two lanes: process kills one after the other (never two processes
+	// Three lanes: process kills one after the other (never two processes
 	// down at once: an API is never restarted while the database is away),
-	// everything else beside them, so that a slow restart does not hold
-	// back the provider's faults.
+	// network faults one after the other (each holds its link broken for
+	// a while), everything else beside them, so that a slow restart or a
+	// long network fault does not hold back the provider's faults.
 	kills := make(chan Step, len(r.plan.Steps))
 	others := make(chan Step, len(r.plan.Steps))
+	network := make(chan Step, len(r.plan.Steps))
 	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, outages: r.outages, logf: r.cfg.Logf}
 	var exWG sync.WaitGroup
 	exWG.Go(func() { ex.run(ctx, kills) })
 	exWG.Go(func() { ex.run(ctx, others) })
+	exWG.Go(func() { ex.run(ctx, network) })
 	release := func(s Step) {
 		switch s.Kind {
 		case StepKillAPI, StepKillRecorder, StepKillDispatcher, StepKillBroker, StepKillPostgres, StepPostgresOutage:
 			kills <- s
+		case StepNetLatency, StepNetCut, StepNetBlackhole, StepNetBandwidth:
+			network <- s
 		default:
 			others <- s
 		}
@@ -440,6 +461,7 @@ feed:
 	}
 	close(kills)
 	close(others)
+	close(network)
 	exWG.Wait()
 	return outcomes
 }
@@ -578,6 +600,10 @@ func (r *runner) finish(ctx context.Context, h History) {
 		f[WebhookDuplicated] = max(0, d.Succeeded+d.Abandoned+d.Pending-d.Events)
 	}
 	rep.Faults = f
+	rep.NetworkByLink = r.faults.linkSnapshot()
+	if r.stack.links != nil {
+		rep.LinkBytes = r.stack.links.bytes()
+	}
 	rep.Outages = outageStats(h.Outages)
 	rep.GaveUp = GaveUpDuringOutages(h)
 	rep.Paths = r.stack.apiLog.counts()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,11 @@ type stack struct {
 
 	// pg is the run's own PostgreSQL (nil on a server of the caller's).
 	pg *Postgres
+	// links are the fault proxies the APIs reach their dependencies
+	// through (nil without network faults); apiDB, apiNATS and apiPSP are
+	// the URLs the APIs use, the proxies' or the dependencies' own.
+	links                  *links
+	apiDB, apiNATS, apiPSP string
 
 	mu   sync.Mutex
 	nats *proc
@@ -216,13 +222,22 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // On error everything already started is stopped. s is not the named
 // result: every error path returns nil for it, and the cleanup must still
 // see what was started so far.
-func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox bool, keyRetention, lease time.Duration) (_ *stack, err error) {
+func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox, netFaults bool, keyRetention, lease time.Duration) (_ *stack, err error) {
 	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), pspKey: providerKey(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
 	defer func() {
 		if err != nil {
 			s.stop()
 		}
 	}()
+	// Without network faults the APIs reach every dependency directly.
+	through := func(dep, rawURL string) (string, error) { return rawURL, nil }
+	if netFaults {
+		s.links = newLinks()
+		through = s.links.start
+	}
+	if s.apiDB, err = through(DepPostgres, dbURL); err != nil {
+		return nil, err
+	}
 	for i := range s.apis {
 		port, err := freePort()
 		if err != nil {
@@ -233,6 +248,9 @@ func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint6
 	if err := s.startPSP(ctx); err != nil {
 		return nil, err
 	}
+	if s.apiPSP, err = through(DepProvider, s.pspURL); err != nil {
+		return nil, err
+	}
 	if outbox {
 		if s.natsPrt, err = freePort(); err != nil {
 			return nil, err
@@ -240,6 +258,9 @@ func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint6
 		s.natsDir = filepath.Join(dir, "nats")
 		s.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", s.natsPrt)
 		if err := s.startNATS(ctx); err != nil {
+			return nil, err
+		}
+		if s.apiNATS, err = through(DepNATS, s.natsURL); err != nil {
 			return nil, err
 		}
 	}
@@ -324,14 +345,14 @@ func (s *stack) startNATS(ctx context.Context) error {
 // and keep their proportions: the provider timeout and the write timeout
 // stay below the lease (6s unless configured), so a live attempt is never
 // taken over.
-func (s *stack) apiEnv(addr string) []string {
+func (s *stack) apiEnv(i int, addr string) []string {
 	env := append(baseEnv(),
-		"DATABASE_URL="+s.dbURL,
+		"DATABASE_URL="+withApplicationName(s.apiDB, apiName(i)),
 		"HTTP_ADDR="+addr,
 		"DEMO_MODE=true",
 		"AUTO_MIGRATE=true",
 		"LOG_LEVEL=info",
-		"PSP_URL="+s.pspURL,
+		"PSP_URL="+s.apiPSP,
 		"PSP_API_KEY="+s.pspKey,
 		"PSP_WEBHOOK_SECRETS="+s.secret,
 		"PSP_TIMEOUT=2s",
@@ -350,9 +371,26 @@ func (s *stack) apiEnv(addr string) []string {
 		"SHUTDOWN_TIMEOUT=5s",
 	)
 	if s.outbox {
-		env = append(env, "NATS_URL="+s.natsURL)
+		env = append(env, "NATS_URL="+s.apiNATS)
 	}
 	return env
+}
+
+// apiName is API i's application_name in pg_stat_activity; its outbox
+// bookkeeping connections add "-outbox". The traps find the process that
+// waits on their locks by it.
+func apiName(i int) string { return fmt.Sprintf("oncepay-api-%d", i) }
+
+// withApplicationName sets application_name in a postgres:// URL.
+func withApplicationName(rawURL, name string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL // the API reports the bad URL itself
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func (s *stack) startAPI(ctx context.Context, i int) error {
@@ -364,7 +402,7 @@ func (s *stack) startAPI(ctx context.Context, i int) error {
 		}
 		s.apiLog.watch(line)
 	}
-	p, err := startProc(fmt.Sprintf("api-%d", i), s.bin.API, []string{"serve"}, s.apiEnv(a.addr), s.dir, &s.races, watch)
+	p, err := startProc(fmt.Sprintf("api-%d", i), s.bin.API, []string{"serve"}, s.apiEnv(i, a.addr), s.dir, &s.races, watch)
 	if err != nil {
 		return err
 	}
@@ -452,6 +490,9 @@ func (s *stack) stop() {
 	}
 	if s.psp != nil {
 		s.psp.stop(5 * time.Second)
+	}
+	if s.links != nil {
+		s.links.stop()
 	}
 }
 

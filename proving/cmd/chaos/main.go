@@ -2,7 +2,7 @@
 // and checks that nothing was charged twice (package proving/chaos does
 // the work; docs/RELIABILITY.md explains it).
 //
-//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race] [--db-faults=false]
+//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race] [--db-faults=false] [--net-faults=false]
 //
 // By default it starts a private PostgreSQL cluster of its own (initdb in a
 // temporary folder, a free 127.0.0.1 port), because it kills and stops that
@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		maxDuration = fs.Duration("max-duration", 40*time.Minute, "bound of the whole run")
 		keepDB      = fs.Bool("keep-db", false, "keep the run's database (or its private cluster) also when the run passed")
 		dbFaults    = fs.Bool("db-faults", true, "start a private PostgreSQL cluster and kill and stop it on schedule; false: run on DATABASE_URL, no database faults")
+		netFaults   = fs.Bool("net-faults", true, "put a fault proxy (toxiproxy) between the APIs and PostgreSQL, NATS and the provider, and break those links on schedule: latency, connections cut, a peer that never answers, a narrow link")
 		dbURL       = fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL server to create the run's database on, with --db-faults=false [DATABASE_URL]")
 		jsonOut     = fs.String("json", "", "also write the report as JSON to this file")
 	)
@@ -106,6 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		WorkDir:        *workDir,
 		DatabaseURL:    runURL,
 		DBFaults:       *dbFaults,
+		NetFaults:      *netFaults,
 		KeepPostgres:   *keepDB,
 		Race:           *race,
 		Outbox:         *outbox,
