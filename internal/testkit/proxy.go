@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
 )
 
 // FaultProxy is a real TCP fault proxy (toxiproxy v2, used as a library)
@@ -30,6 +32,9 @@ type FaultProxy struct {
 // StartFaultProxy starts a proxy in front of upstream (host:port).
 func StartFaultProxy(t testing.TB, upstream string) *FaultProxy {
 	t.Helper()
+	// Some toxics (bandwidth) log through zerolog's global logger, not the
+	// server's.
+	quietToxics.Do(func() { zlog.Logger = zerolog.Nop() })
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(srv, strings.ReplaceAll(t.Name(), "/", "_"), "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
@@ -143,3 +148,7 @@ func (f *FaultProxy) Bandwidth(t testing.TB, kbps int) {
 // broken (their peers wait for bytes that never come); the component must
 // notice that by its own deadlines.
 func (f *FaultProxy) Heal() { f.p.Toxics.ResetToxics(context.Background()) }
+
+// quietToxics silences zerolog's global logger once, before any toxic runs
+// (setting it while toxics read it would be a data race).
+var quietToxics sync.Once

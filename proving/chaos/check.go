@@ -606,17 +606,30 @@ func (c *checker) contradiction(tenant string, call Call) string {
 // request.
 const outageGrace = 10 * time.Second
 
-// gaveUpDuringOutage reports whether a call ended without an answer, or on
-// a 5xx, while the database was away (or within outageGrace after it came
-// back). A client's retries are bounded, an outage of 20 s outlasts them,
-// and a 5xx promises nothing: such a call is resumed after settling and
-// must be definite then, but its giving up is not the service's fault.
+// gaveUpDuringOutage reports whether a call ended without an answer, on a
+// 5xx or on a 409 request_in_progress, while the database was away or the
+// network to the database or the provider was broken (or within
+// outageGrace after either). A client's retries are bounded, an outage of
+// 20 s outlasts them, an attempt cut by it may hold its lease a while
+// after (it could not give it back), and none of these answers promises
+// anything: such a call is resumed after settling and must be definite
+// then, but its giving up is not the service's fault. The broker's link is
+// on no request's path.
 func (c *checker) gaveUpDuringOutage(call Call) bool {
-	if call.Ended.IsZero() || (call.Status != 0 && call.Status < 500) {
+	inProgress := call.Status == 409 && call.Code == codeInProgress
+	if call.Ended.IsZero() || (call.Status != 0 && call.Status < 500 && !inProgress) {
 		return false
 	}
+	within := func(began, ended time.Time) bool {
+		return !call.Ended.Before(began) && !call.Ended.After(ended.Add(outageGrace))
+	}
 	for _, o := range c.h.Outages {
-		if !call.Ended.Before(o.Began) && !call.Ended.After(o.Ended.Add(outageGrace)) {
+		if within(o.Began, o.Ended) {
+			return true
+		}
+	}
+	for _, l := range c.h.LinkFaults {
+		if l.Dep != DepNATS && within(l.Began, l.Ended) {
 			return true
 		}
 	}

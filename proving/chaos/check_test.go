@@ -182,6 +182,29 @@ func TestCheckCleanHistory(t *testing.T) {
 	if n := GaveUpDuringOutages(h); n != 1 {
 		t.Fatalf("GaveUpDuringOutages = %d, want 1", n)
 	}
+
+	// The same for a client whose last attempt met the lease of an attempt
+	// the network cut (409 request_in_progress) while the link to the
+	// database was broken; not for a fault on the broker's link, which no
+	// request crosses.
+	for _, tc := range []struct {
+		dep       string
+		violation bool
+	}{{DepPostgres, false}, {DepProvider, false}, {DepNATS, true}} {
+		h = clone(t, cleanHistory())
+		h.Outages = nil
+		linkBegan := outageBegan.Add(time.Minute)
+		h.LinkFaults = []LinkFault{{Kind: NetworkBlackhole, Dep: tc.dep, Began: linkBegan, Ended: linkBegan.Add(5 * time.Second)}}
+		c := &h.Outcomes[0].Calls[1]
+		resumed := *c
+		c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Parent, c.Amount, c.Attempts = 409, codeInProgress, "", "", "", 0, 10
+		c.Ended = linkBegan.Add(8 * time.Second)
+		c.Resumed = &resumed
+		v := Check(h)
+		if got := len(v) == 1 && v[0].Kind == ClientUnresolved; got != tc.violation {
+			t.Errorf("409 in progress after its retries, during a fault on the link to %s: %v, want a violation: %v", tc.dep, v, tc.violation)
+		}
+	}
 }
 
 func TestCheckReportsEachViolation(t *testing.T) {

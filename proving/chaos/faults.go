@@ -121,9 +121,11 @@ type executor struct {
 	db     *pgxpool.Pool
 	psp    *pspAdmin
 	faults *faultCounts
-	// outages records the database's absences (databaseDown).
-	outages *outageLog
-	logf    func(format string, args ...any)
+	// outages records the database's absences (databaseDown), linkFaults
+	// the network faults (netFault).
+	outages    *outageLog
+	linkFaults *linkLog
+	logf       func(format string, args ...any)
 }
 
 // run executes steps until the channel closes. A step that fails is

@@ -29,6 +29,18 @@ type History struct {
 	// stopped), with what the APIs answered meanwhile and how they came
 	// back; empty when the run did not own its PostgreSQL.
 	Outages []Outage `json:"outages,omitempty"`
+	// LinkFaults are the times the run broke the network between the APIs
+	// and a dependency (the network_* faults); empty without them.
+	LinkFaults []LinkFault `json:"link_faults,omitempty"`
+}
+
+// LinkFault is one network fault: which, on the link to which dependency,
+// from when to when it was healed.
+type LinkFault struct {
+	Kind  FaultKind `json:"kind"`
+	Dep   string    `json:"dep"`
+	Began time.Time `json:"began"`
+	Ended time.Time `json:"ended"`
 }
 
 // Outage is one time the database was away: from the moment no server

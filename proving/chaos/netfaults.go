@@ -9,12 +9,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/Shopify/toxiproxy/v2/collectors"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
 )
 
 // The dependencies whose network the schedule breaks: both APIs reach each
@@ -42,6 +44,9 @@ type links struct {
 }
 
 func newLinks() *links {
+	// Some toxics (bandwidth) log through zerolog's global logger, not the
+	// server's: every interrupted copy would be a line in the run's output.
+	quietToxics.Do(func() { zlog.Logger = zerolog.Nop() })
 	return &links{proxies: map[string]*toxiproxy.Proxy{}, carried: map[string]*collectors.ProxyMetricCollectors{}}
 }
 
@@ -180,6 +185,7 @@ func (e *executor) netFault(ctx context.Context, st Step) error {
 	if kind == "" {
 		return fmt.Errorf("step %s is not a network fault", st.Kind)
 	}
+	began := time.Now()
 	names, err := e.stack.links.add(st.Dep, kind, attrs)
 	if len(names) > 0 {
 		e.faults.add(fault, 1)
@@ -191,5 +197,31 @@ func (e *executor) netFault(ctx context.Context, st Step) error {
 	}
 	// Healed even when the run is being stopped: the settle phase and the
 	// stack's stop must not meet a broken link.
-	return errors.Join(err, e.stack.links.remove(context.WithoutCancel(ctx), st.Dep, names))
+	err = errors.Join(err, e.stack.links.remove(context.WithoutCancel(ctx), st.Dep, names))
+	if len(names) > 0 {
+		e.linkFaults.add(LinkFault{Kind: fault, Dep: st.Dep, Began: began, Ended: time.Now()})
+	}
+	return err
 }
+
+// linkLog collects the network faults of a run.
+type linkLog struct {
+	mu  sync.Mutex
+	all []LinkFault
+}
+
+func (l *linkLog) add(f LinkFault) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, f)
+}
+
+func (l *linkLog) list() []LinkFault {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]LinkFault(nil), l.all...)
+}
+
+// quietToxics silences zerolog's global logger once, before any toxic runs
+// (setting it while toxics read it would be a data race).
+var quietToxics sync.Once

@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	st.pg = pg
 	defer st.stop()
-	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &outageLog{},
+	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &outageLog{}, linkFaults: &linkLog{},
 		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second, Transport: bearer{key: st.pspKey, next: http.DefaultTransport}}}}
 	if err := r.run(ctx); err != nil {
 		return rep, err
@@ -323,17 +323,18 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 // runner holds one run's parts.
 type runner struct {
-	cfg     Config
-	plan    *Plan
-	db      *pgxpool.Pool
-	stack   *stack
-	psp     *pspAdmin
-	proxy   *Proxy
-	driver  *driver
-	faults  *faultCounts
-	outages *outageLog
-	stats   loadStats
-	rep     *Report
+	cfg        Config
+	plan       *Plan
+	db         *pgxpool.Pool
+	stack      *stack
+	psp        *pspAdmin
+	proxy      *Proxy
+	driver     *driver
+	faults     *faultCounts
+	outages    *outageLog
+	linkFaults *linkLog
+	stats      loadStats
+	rep        *Report
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -410,7 +411,7 @@ func (r *runner) load(ctx context.Context) []Outcome {
 	kills := make(chan Step, len(r.plan.Steps))
 	others := make(chan Step, len(r.plan.Steps))
 	network := make(chan Step, len(r.plan.Steps))
-	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, outages: r.outages, logf: r.cfg.Logf}
+	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, outages: r.outages, linkFaults: r.linkFaults, logf: r.cfg.Logf}
 	var exWG sync.WaitGroup
 	exWG.Go(func() { ex.run(ctx, kills) })
 	exWG.Go(func() { ex.run(ctx, others) })
@@ -564,6 +565,7 @@ func (r *runner) snapshot(ctx context.Context, before []Stock, outcomes []Outcom
 	}
 	h.DataRaces = int(r.stack.races.Load())
 	h.Outages = r.outages.list()
+	h.LinkFaults = r.linkFaults.list()
 	return h, nil
 }
 
