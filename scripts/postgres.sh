@@ -110,27 +110,44 @@ port_free() {
   ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+pick_port() {
+  local candidate
+  for _ in $(seq 1 200); do
+    candidate=$((20000 + RANDOM % 30000))
+    if port_free "$candidate"; then
+      printf '%s\n' "$candidate"
+      return 0
+    fi
+  done
+  log "no free port found"
+  exit 1
+}
+
 if ! as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
   port=$(cat "$port_file" 2>/dev/null || true)
   if [ -z "$port" ] || ! port_free "$port"; then
-    port=""
-    for _ in $(seq 1 200); do
-      candidate=$((20000 + RANDOM % 30000))
-      if port_free "$candidate"; then
-        port=$candidate
-        break
-      fi
-    done
-    [ -n "$port" ] || { log "no free port found"; exit 1; }
+    port=$(pick_port)
   fi
-  echo "$port" >"$port_file"
-  log "starting cluster $name on 127.0.0.1:$port"
-  as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_SERVER_OPTS:-}" \
-    start >/dev/null || {
+  # A port found free can be taken before the server binds it (by any
+  # outgoing connection's ephemeral port): then try another, a few times.
+  for attempt in 1 2 3 4 5; do
+    echo "$port" >"$port_file"
+    log "starting cluster $name on 127.0.0.1:$port"
+    logged=$(stat -c %s "$dir/server.log" 2>/dev/null || echo 0)
+    if as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_SERVER_OPTS:-}" \
+      start >/dev/null 2>"$dir/pg_ctl.err"; then
+      break
+    fi
+    if [ "$attempt" -lt 5 ] && tail -c +"$((logged + 1))" "$dir/server.log" | grep -q 'could not bind .*Address already in use'; then
+      log "127.0.0.1:$port was taken meanwhile; trying another port"
+      port=$(pick_port)
+      continue
+    fi
+    cat "$dir/pg_ctl.err" >&2
     tail -n 20 "$dir/server.log" >&2
     exit 1
-  }
+  done
 fi
 
 port=$(cat "$port_file")
