@@ -2,14 +2,15 @@
 -- InboxClaim records that subscriber processed message_id. It affects no
 -- row when the message was processed before: the primary key decides, and a
 -- concurrent claim of the same message waits for the first one's commit.
-INSERT INTO processed_messages (subscriber, message_id, processed_at)
-VALUES (@subscriber, @message_id, now())
+INSERT INTO processed_messages (tenant_id, subscriber, message_id, processed_at)
+VALUES (@tenant_id, @subscriber, @message_id, now())
 ON CONFLICT DO NOTHING;
 
 -- name: InboxListForMessages :many
--- InboxListForMessages returns who processed which of the messages.
+-- InboxListForMessages returns who processed which of the tenant's
+-- messages.
 SELECT * FROM processed_messages
-WHERE message_id = ANY(@message_ids::text[])
+WHERE tenant_id = @tenant_id AND message_id = ANY(@message_ids::text[])
 ORDER BY message_id, processed_at, subscriber;
 
 -- name: InboxDeleteProcessed :execrows
@@ -18,10 +19,10 @@ ORDER BY message_id, processed_at, subscriber;
 -- may redeliver and an operator may replay the message.
 DELETE FROM processed_messages m
 USING (
-    SELECT r.message_id, r.subscriber FROM processed_messages r
+    SELECT r.tenant_id, r.message_id, r.subscriber FROM processed_messages r
     WHERE r.processed_at <= @cutoff::timestamptz
     ORDER BY r.processed_at
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
 ) d
-WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber;
+WHERE m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber;

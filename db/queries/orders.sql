@@ -23,8 +23,8 @@ RETURNING *;
 
 -- name: OrderItemsInsert :exec
 -- OrderItemsInsert inserts all lines of an order in one statement.
-INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT @order_id::uuid,
+INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT @tenant_id::uuid, @order_id::uuid,
        unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),
        unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[]);
 
@@ -35,10 +35,10 @@ SELECT * FROM orders WHERE tenant_id = $1 AND id = $2;
 SELECT * FROM orders WHERE tenant_id = $1 AND idempotency_key = $2;
 
 -- name: OrderItemsGet :many
-SELECT * FROM order_items WHERE order_id = $1 ORDER BY line;
+SELECT * FROM order_items WHERE tenant_id = $1 AND order_id = $2 ORDER BY line;
 
 -- name: OrderItemsGetMany :many
-SELECT * FROM order_items WHERE order_id = ANY(@order_ids::uuid[]) ORDER BY order_id, line;
+SELECT * FROM order_items WHERE tenant_id = @tenant_id AND order_id = ANY(@order_ids::uuid[]) ORDER BY order_id, line;
 
 -- name: OrderListNewest :many
 -- OrderListNewest lists a tenant's orders newest first, after the keyset
@@ -67,10 +67,10 @@ WHERE id = @id AND status = ANY(@from_statuses::text[]);
 -- counts all lines of the order: fewer rows than that means a line names a
 -- product that does not exist (any more).
 SELECT i.sku, i.name, i.quantity, p.stock,
-       (SELECT count(*) FROM order_items c WHERE c.order_id = i.order_id)::int AS order_lines
+       (SELECT count(*) FROM order_items c WHERE c.tenant_id = i.tenant_id AND c.order_id = i.order_id)::int AS order_lines
 FROM order_items i
-JOIN products p ON p.tenant_id = @tenant_id AND p.sku = i.sku
-WHERE i.order_id = @order_id
+JOIN products p ON p.tenant_id = i.tenant_id AND p.sku = i.sku
+WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id
 ORDER BY i.sku
 FOR UPDATE OF p;
 
@@ -81,4 +81,4 @@ FOR UPDATE OF p;
 UPDATE products p
 SET stock = p.stock - i.quantity
 FROM order_items i
-WHERE i.order_id = @order_id AND p.tenant_id = @tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;
+WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id AND p.tenant_id = i.tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;

@@ -39,8 +39,8 @@ func TestSweeperDeletesEachKindThroughItsOwner(t *testing.T) {
 			SELECT g, $1, 'order.created', 'order', g, $2, '{}', $3, $3 FROM gen_random_uuid() g`},
 		{"webhook_receipts", "delivery_id", p.WebhookReceipts, 3, `INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at, processed_at)
 			SELECT $2, 'charge.succeeded', '{}', $3, $3 WHERE $1::uuid IS NOT NULL`},
-		{"processed_messages", "message_id", p.ProcessedMessages, 4, `INSERT INTO processed_messages (message_id, subscriber, processed_at)
-			SELECT $2, 'fulfillment', $3 WHERE $1::uuid IS NOT NULL`},
+		{"processed_messages", "message_id", p.ProcessedMessages, 4, `INSERT INTO processed_messages (tenant_id, message_id, subscriber, processed_at)
+			SELECT $1, $2, 'fulfillment', $3`},
 	}
 	// Records this old are states the service reaches only with time, so
 	// they are written by hand. The margin is far more than the time between

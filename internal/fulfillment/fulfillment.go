@@ -267,7 +267,7 @@ func permanent(format string, args ...any) error {
 func (c *Consumer) Process(ctx context.Context, m Message) (Outcome, error) {
 	var outcome Outcome
 	err := postgres.InTx(ctx, c.pool, func(tx pgx.Tx) error {
-		first, err := inbox.Claim(ctx, tx, Subscriber, m.ID)
+		first, err := inbox.Claim(ctx, tx, m.TenantID, Subscriber, m.ID)
 		if err != nil {
 			return err
 		}

@@ -178,8 +178,8 @@ func (b *testBundle) paidOrderIn(ctx context.Context, t *testing.T, lines ...lin
 			return err
 		}
 		for i, l := range lines {
-			if _, err := tx.Exec(ctx, `INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
-				VALUES ($1, $2, $3, $3, $4, 100, 100 * $4)`, orderID, i+1, l.sku, l.qty); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+				VALUES ($5, $1, $2, $3, $3, $4, 100, 100 * $4)`, orderID, i+1, l.sku, l.qty, b.tenantID); err != nil {
 				return err
 			}
 		}

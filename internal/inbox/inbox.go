@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -34,7 +35,9 @@ import (
 	"github.com/oncepay/oncepay/internal/tracing"
 )
 
-// Claim records in tx that subscriber processed messageID. first is true
+// Claim records in tx that subscriber processed messageID, a message of
+// tenant tenantID (the inbox is the tenant's, like every table it owns: the
+// row lives with the tenant's other rows). first is true
 // when this is the first time: the caller does its work in the same tx and
 // commits both, then acks. first is false when the message was processed
 // before: the caller does nothing and acks.
@@ -44,11 +47,11 @@ import (
 // waits for the first transaction and gets first=false if it committed, or
 // first=true if it rolled back. processed_at is the database's clock, the
 // same clock the sweeper will compare it with.
-func Claim(ctx context.Context, tx pgx.Tx, subscriber, messageID string) (first bool, err error) {
+func Claim(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, subscriber, messageID string) (first bool, err error) {
 	if subscriber == "" || messageID == "" {
 		return false, fmt.Errorf("inbox claim: subscriber %q and message id %q must not be empty", subscriber, messageID)
 	}
-	n, err := dbsqlc.New(tx).InboxClaim(ctx, dbsqlc.InboxClaimParams{Subscriber: subscriber, MessageID: messageID})
+	n, err := dbsqlc.New(tx).InboxClaim(ctx, dbsqlc.InboxClaimParams{TenantID: tenantID, Subscriber: subscriber, MessageID: messageID})
 	if err != nil {
 		return false, fmt.Errorf("inbox claim %s for %s: %w", messageID, subscriber, err)
 	}
@@ -66,14 +69,14 @@ type Processed struct {
 	ProcessedAt time.Time
 }
 
-// ProcessedBy returns, for each of messageIDs that was processed, who
-// processed it and when, oldest first.
-func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, messageIDs []string) (map[string][]Processed, error) {
+// ProcessedBy returns, for each of the tenant's messageIDs that was
+// processed, who processed it and when, oldest first.
+func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, tenantID uuid.UUID, messageIDs []string) (map[string][]Processed, error) {
 	out := make(map[string][]Processed)
 	if len(messageIDs) == 0 {
 		return out, nil
 	}
-	rows, err := dbsqlc.New(pool).InboxListForMessages(ctx, messageIDs)
+	rows, err := dbsqlc.New(pool).InboxListForMessages(ctx, dbsqlc.InboxListForMessagesParams{TenantID: tenantID, MessageIds: messageIDs})
 	if err != nil {
 		return nil, fmt.Errorf("list processed messages: %w", err)
 	}

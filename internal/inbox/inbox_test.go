@@ -6,12 +6,17 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testdb"
 )
+
+// tenant owns the messages of these tests (the inbox has no foreign key to
+// tenants: any id will do).
+var tenant = uuid.MustParse("0192f1c6-0000-7000-8000-00000000a11e")
 
 func TestClaimFirstThenDuplicate(t *testing.T) {
 	t.Parallel()
@@ -21,7 +26,7 @@ func TestClaimFirstThenDuplicate(t *testing.T) {
 		var first bool
 		err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			first, err = inbox.Claim(ctx, tx, "fulfillment", "msg-1")
+			first, err = inbox.Claim(ctx, tx, tenant, "fulfillment", "msg-1")
 			return err
 		})
 		if err != nil {
@@ -35,13 +40,13 @@ func TestClaimFirstThenDuplicate(t *testing.T) {
 	var first bool
 	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		first, err = inbox.Claim(ctx, tx, "mailer", "msg-1")
+		first, err = inbox.Claim(ctx, tx, tenant, "mailer", "msg-1")
 		return err
 	})
 	if err != nil || !first {
 		t.Fatalf("claim by another subscriber: first = %t, err = %v; want true, nil", first, err)
 	}
-	got, err := inbox.ProcessedBy(ctx, pool, []string{"msg-1", "msg-2"})
+	got, err := inbox.ProcessedBy(ctx, pool, tenant, []string{"msg-1", "msg-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +63,7 @@ func TestClaimRolledBackIsNotProcessed(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("effect failed")
 	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := inbox.Claim(ctx, tx, "fulfillment", "msg-1"); err != nil {
+		if _, err := inbox.Claim(ctx, tx, tenant, "fulfillment", "msg-1"); err != nil {
 			return err
 		}
 		return boom
@@ -69,7 +74,7 @@ func TestClaimRolledBackIsNotProcessed(t *testing.T) {
 	var first bool
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		first, err = inbox.Claim(ctx, tx, "fulfillment", "msg-1")
+		first, err = inbox.Claim(ctx, tx, tenant, "fulfillment", "msg-1")
 		return err
 	})
 	if err != nil || !first {
@@ -94,7 +99,7 @@ func TestClaimRace(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
-				first, err := inbox.Claim(ctx, tx, "fulfillment", "msg-race")
+				first, err := inbox.Claim(ctx, tx, tenant, "fulfillment", "msg-race")
 				if first {
 					mu.Lock()
 					firsts++
@@ -123,10 +128,10 @@ func TestClaimRefusesEmptyIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := inbox.Claim(ctx, tx, "", "x"); err == nil {
+	if _, err := inbox.Claim(ctx, tx, tenant, "", "x"); err == nil {
 		t.Fatal("empty subscriber accepted")
 	}
-	if _, err := inbox.Claim(ctx, tx, "x", ""); err == nil {
+	if _, err := inbox.Claim(ctx, tx, tenant, "x", ""); err == nil {
 		t.Fatal("empty message id accepted")
 	}
 }

@@ -79,13 +79,13 @@ func (s *Service) createOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 	if err != nil {
 		return operation.Outcome{}, fmt.Errorf("insert order: %w", err)
 	}
-	lines.OrderID = row.ID
+	lines.TenantID, lines.OrderID = row.TenantID, row.ID
 	if err := q.OrderItemsInsert(ctx, lines); err != nil {
 		return operation.Outcome{}, fmt.Errorf("insert order items: %w", err)
 	}
 	items := make([]dbsqlc.OrderItem, len(lines.Lines))
 	for i := range lines.Lines {
-		items[i] = dbsqlc.OrderItem{OrderID: row.ID, Line: lines.Lines[i], Sku: lines.Skus[i], Name: lines.Names[i],
+		items[i] = dbsqlc.OrderItem{TenantID: row.TenantID, OrderID: row.ID, Line: lines.Lines[i], Sku: lines.Skus[i], Name: lines.Names[i],
 			Quantity: lines.Quantities[i], UnitAmount: lines.UnitAmounts[i], Amount: lines.Amounts[i]}
 	}
 	order := orderFromRows(row, items)
@@ -173,7 +173,7 @@ func (s *Service) lateRetry(ctx context.Context, q *dbsqlc.Queries, a *operation
 	if err := a.LateRetry("order", row.ID.String(), row.RequestHash); err != nil {
 		return Order{}, err
 	}
-	items, err := q.OrderItemsGet(ctx, row.ID)
+	items, err := q.OrderItemsGet(ctx, dbsqlc.OrderItemsGetParams{TenantID: row.TenantID, OrderID: row.ID})
 	if err != nil {
 		return Order{}, fmt.Errorf("load order items: %w", err)
 	}
@@ -196,7 +196,7 @@ func getOrder(ctx context.Context, q *dbsqlc.Queries, tenantID, id uuid.UUID) (O
 	if err != nil {
 		return Order{}, notFound(err, "load order")
 	}
-	items, err := q.OrderItemsGet(ctx, row.ID)
+	items, err := q.OrderItemsGet(ctx, dbsqlc.OrderItemsGetParams{TenantID: row.TenantID, OrderID: row.ID})
 	if err != nil {
 		return Order{}, fmt.Errorf("load order items: %w", err)
 	}
@@ -261,7 +261,7 @@ func (s *Service) List(ctx context.Context, tenantID uuid.UUID, limit int, after
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	items, err := q.OrderItemsGetMany(ctx, ids)
+	items, err := q.OrderItemsGetMany(ctx, dbsqlc.OrderItemsGetManyParams{TenantID: tenantID, OrderIds: ids})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list order items: %w", err)
 	}

@@ -80,7 +80,7 @@ func (s *Service) Ship(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID) (
 	}
 	if len(stock) == 0 || int(stock[0].OrderLines) != len(stock) {
 		// A line names a product the catalog no longer has: it cannot ship.
-		if sh.Short, err = missingLines(ctx, q, id, stock, sh.Short); err != nil {
+		if sh.Short, err = missingLines(ctx, q, tenantID, id, stock, sh.Short); err != nil {
 			return Shipment{}, err
 		}
 	}
@@ -109,8 +109,8 @@ func (s *Service) Ship(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID) (
 
 // missingLines adds to short the lines of the order whose product is not in
 // the catalog (they have no row in stock).
-func missingLines(ctx context.Context, q *dbsqlc.Queries, orderID uuid.UUID, stock []dbsqlc.OrderLockStockRow, short []Line) ([]Line, error) {
-	items, err := q.OrderItemsGet(ctx, orderID)
+func missingLines(ctx context.Context, q *dbsqlc.Queries, tenantID, orderID uuid.UUID, stock []dbsqlc.OrderLockStockRow, short []Line) ([]Line, error) {
+	items, err := q.OrderItemsGet(ctx, dbsqlc.OrderItemsGetParams{TenantID: tenantID, OrderID: orderID})
 	if err != nil {
 		return nil, fmt.Errorf("load items of order %s: %w", orderID, err)
 	}

@@ -102,7 +102,7 @@ func (h *Handler) List(c echo.Context) error {
 	for i, r := range rows {
 		ids[i] = r.ID.String()
 	}
-	processed, err := inbox.ProcessedBy(ctx, h.pool, ids)
+	processed, err := inbox.ProcessedBy(ctx, h.pool, p.TenantID, ids)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func TestEventsListShowsDeliveryState(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := inbox.Claim(ctx, tx, "fulfillment", processed.String())
+		_, err := inbox.Claim(ctx, tx, b.tenant.ID, "fulfillment", processed.String())
 		return err
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -227,5 +228,93 @@ func TestInTxRollbackIsBounded(t *testing.T) {
 	case <-time.After(3 * postgres.RollbackTimeout):
 		proxy.Heal()
 		t.Fatalf("InTx still rolling back after %s against a database that never answers", 3*postgres.RollbackTimeout)
+	}
+}
+
+// 000009 puts tenant_id first in every tenant-owned key. A database of the
+// version before it migrates forward with every row: order items get their
+// order's tenant, inbox rows the tenant of their event (or of the
+// notification it left, or the nil tenant for a message whose event is long
+// gone), and the outbox's order continues where it stopped.
+func TestTenantKeysMigrationKeepsRows(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	m, err := postgres.NewMigrator(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Down(1); err != nil { // to 000008
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pool, err := postgres.Open(ctx, url, postgres.PoolConfig{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	const tenant, order, payment, event, notified, orphan = "0192f1c6-0000-7000-8000-000000000001", "0192f1c6-0000-7000-8000-000000000002",
+		"0192f1c6-0000-7000-8000-000000000003", "0192f1c6-0000-7000-8000-000000000004", "0192f1c6-0000-7000-8000-000000000005",
+		"0192f1c6-0000-7000-8000-000000000006"
+	for _, q := range []string{
+		`INSERT INTO tenants VALUES ('` + tenant + `', 'migrated', 'Migrated', now())`,
+		`INSERT INTO orders VALUES ('` + order + `', '` + tenant + `', 'k', '\x00', 'paid', 'EUR', 100, now(), now())`,
+		`INSERT INTO order_items VALUES ('` + order + `', 1, 'mug', 'Mug', 1, 100, 100)`,
+		`INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, created_at, updated_at)
+			VALUES ('` + payment + `', '` + tenant + `', '` + order + `', 'p', '\x00', 'pk', 'succeeded', 100, 'EUR', 'pm_card_ok', now(), now())`,
+		`INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
+			VALUES (gen_random_uuid(), '` + tenant + `', '` + payment + `', 'r', '\x00', 'rk', 'succeeded', 50, now(), now())`,
+		`INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
+			VALUES ('` + event + `', '` + tenant + `', 'order.created', 'order', '` + order + `', 'k', '{}', now())`,
+		`INSERT INTO notifications VALUES (gen_random_uuid(), '` + tenant + `', '` + order + `', 'receipt', '` + notified + `', '{}', now())`,
+		`INSERT INTO processed_messages VALUES ('` + event + `', 'fulfillment', now()), ('` + notified + `', 'fulfillment', now()), ('` + orphan + `', 'fulfillment', now())`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	var seqBefore int64
+	if err := pool.QueryRow(ctx, `SELECT max(seq) FROM outbox_events`).Scan(&seqBefore); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Up(); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset() // the cached statements know the old tables
+	var rows string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders) || ' ' || (SELECT count(*) FROM order_items WHERE tenant_id = '`+tenant+`')
+		|| ' ' || (SELECT count(*) FROM payments) || ' ' || (SELECT count(*) FROM refunds) || ' ' || (SELECT count(*) FROM notifications)
+		|| ' ' || (SELECT count(*) FROM outbox_events)`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != "1 1 1 1 1 1" {
+		t.Errorf("orders, items of the tenant, payments, refunds, notifications, events = %s, want one of each", rows)
+	}
+	got := map[string]string{}
+	r, err := pool.Query(ctx, `SELECT message_id, tenant_id::text FROM processed_messages`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var id, tid string
+		if err := r.Scan(&id, &tid); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = tid
+	}
+	if r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	want := map[string]string{event: tenant, notified: tenant, orphan: "00000000-0000-0000-0000-000000000000"}
+	if !maps.Equal(got, want) {
+		t.Errorf("inbox rows after the migration = %v, want %v", got, want)
+	}
+	var seq int64
+	if err := pool.QueryRow(ctx, `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
+		VALUES (gen_random_uuid(), '`+tenant+`', 'order.created', 'order', '`+order+`', 'k2', '{}', now()) RETURNING seq`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if seq != seqBefore+1 {
+		t.Errorf("the next event's seq = %d, want %d (where the identity stopped)", seq, seqBefore+1)
 	}
 }

@@ -161,8 +161,8 @@ func TestSweepExpiryBoundary(t *testing.T) {
 			SELECT g, $1, 'x', 'x', g, '', '{}', $2, $2 FROM gen_random_uuid() g WHERE $3::timestamptz IS NOT NULL`},
 		{"webhook_receipts", p.WebhookReceipts, `INSERT INTO webhook_receipts (delivery_id, event_type, payload, received_at, processed_at)
 			SELECT 'd', 'x', '{}', $2, $2 WHERE $1::uuid IS NOT NULL AND $3::timestamptz IS NOT NULL`},
-		{"processed_messages", p.ProcessedMessages, `INSERT INTO processed_messages (message_id, subscriber, processed_at)
-			SELECT 'm', 'fulfillment', $2 WHERE $1::uuid IS NOT NULL AND $3::timestamptz IS NOT NULL`},
+		{"processed_messages", p.ProcessedMessages, `INSERT INTO processed_messages (tenant_id, message_id, subscriber, processed_at)
+			SELECT $1, 'm', 'fulfillment', $2 WHERE $3::timestamptz IS NOT NULL`},
 	} {
 		t.Run(k.kind, func(t *testing.T) {
 			t.Parallel()

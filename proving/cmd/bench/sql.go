@@ -41,10 +41,10 @@ RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_p
 VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at`
-	sqlOrderItemsInsert = `INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT $1::uuid,
-       unnest($2::int[]), unnest($3::text[]), unnest($4::text[]),
-       unnest($5::int[]), unnest($6::bigint[]), unnest($7::bigint[])`
+	sqlOrderItemsInsert = `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT $1::uuid, $2::uuid,
+       unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
+       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])`
 	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	sqlIdempotencyFinish = `UPDATE api_idempotency
@@ -224,7 +224,7 @@ func (s *sqlCreate) create(ctx context.Context, key string) error {
 			Scan(&orderID, &ignoredTenant, &ignoredKey, &ignoredHash, &status, &ignoredCurrency, &ignoredTotal, &createdAt, &ignoredUpdatedAt); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}); err != nil {
+		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, s.tenantID, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}); err != nil {
 			return fmt.Errorf("insert order items: %w", err)
 		}
 		body, err := json.Marshal(sqlOrderJSON{

@@ -85,9 +85,9 @@ func (s *sweepBench) seed(ctx context.Context, out io.Writer) error {
 					'order', gen_random_uuid(), $3::timestamptz, $3::timestamptz, $3::timestamptz + g * interval '1 microsecond'
 					FROM generate_series($4::int, $5::int) g`
 			case "processed_messages":
-				q = `INSERT INTO processed_messages (message_id, subscriber, processed_at)
-					SELECT $2 || g, 'fulfillment', $3::timestamptz + g * interval '1 microsecond'
-					FROM generate_series($4::int, $5::int) g WHERE $1::uuid IS NOT NULL`
+				q = `INSERT INTO processed_messages (tenant_id, message_id, subscriber, processed_at)
+					SELECT $1, $2 || g, 'fulfillment', $3::timestamptz + g * interval '1 microsecond'
+					FROM generate_series($4::int, $5::int) g`
 			case "outbox_events":
 				q = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key,
 					payload, occurred_at, published_at)

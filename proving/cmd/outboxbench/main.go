@@ -465,8 +465,8 @@ func commitPaidOrder(ctx context.Context, pool *pgxpool.Pool, tenantID uuid.UUID
 			VALUES ($1, $2, $3, '\x00', 'paid', 'EUR', 5800, now(), now())`, orderID, tenantID, "bench-order-"+strconv.Itoa(i)); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
-			VALUES ($1, 1, $2, 'Mug', 2, 2900, 5800)`, orderID, fmt.Sprintf("bench-%02d", i%benchProducts)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+			VALUES ($1, $2, 1, $3, 'Mug', 2, 2900, 5800)`, tenantID, orderID, fmt.Sprintf("bench-%02d", i%benchProducts)); err != nil {
 			return fmt.Errorf("insert order item: %w", err)
 		}
 		var err error

@@ -8,15 +8,18 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 const inboxClaim = `-- name: InboxClaim :execrows
-INSERT INTO processed_messages (subscriber, message_id, processed_at)
-VALUES ($1, $2, now())
+INSERT INTO processed_messages (tenant_id, subscriber, message_id, processed_at)
+VALUES ($1, $2, $3, now())
 ON CONFLICT DO NOTHING
 `
 
 type InboxClaimParams struct {
+	TenantID   uuid.UUID
 	Subscriber string
 	MessageID  string
 }
@@ -25,7 +28,7 @@ type InboxClaimParams struct {
 // row when the message was processed before: the primary key decides, and a
 // concurrent claim of the same message waits for the first one's commit.
 func (q *Queries) InboxClaim(ctx context.Context, arg InboxClaimParams) (int64, error) {
-	result, err := q.db.Exec(ctx, inboxClaim, arg.Subscriber, arg.MessageID)
+	result, err := q.db.Exec(ctx, inboxClaim, arg.TenantID, arg.Subscriber, arg.MessageID)
 	if err != nil {
 		return 0, err
 	}
@@ -35,13 +38,13 @@ func (q *Queries) InboxClaim(ctx context.Context, arg InboxClaimParams) (int64, 
 const inboxDeleteProcessed = `-- name: InboxDeleteProcessed :execrows
 DELETE FROM processed_messages m
 USING (
-    SELECT r.message_id, r.subscriber FROM processed_messages r
+    SELECT r.tenant_id, r.message_id, r.subscriber FROM processed_messages r
     WHERE r.processed_at <= $1::timestamptz
     ORDER BY r.processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ) d
-WHERE m.message_id = d.message_id AND m.subscriber = d.subscriber
+WHERE m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber
 `
 
 type InboxDeleteProcessedParams struct {
@@ -61,14 +64,20 @@ func (q *Queries) InboxDeleteProcessed(ctx context.Context, arg InboxDeleteProce
 }
 
 const inboxListForMessages = `-- name: InboxListForMessages :many
-SELECT message_id, subscriber, processed_at FROM processed_messages
-WHERE message_id = ANY($1::text[])
+SELECT message_id, subscriber, processed_at, tenant_id FROM processed_messages
+WHERE tenant_id = $1 AND message_id = ANY($2::text[])
 ORDER BY message_id, processed_at, subscriber
 `
 
-// InboxListForMessages returns who processed which of the messages.
-func (q *Queries) InboxListForMessages(ctx context.Context, messageIds []string) ([]ProcessedMessage, error) {
-	rows, err := q.db.Query(ctx, inboxListForMessages, messageIds)
+type InboxListForMessagesParams struct {
+	TenantID   uuid.UUID
+	MessageIds []string
+}
+
+// InboxListForMessages returns who processed which of the tenant's
+// messages.
+func (q *Queries) InboxListForMessages(ctx context.Context, arg InboxListForMessagesParams) ([]ProcessedMessage, error) {
+	rows, err := q.db.Query(ctx, inboxListForMessages, arg.TenantID, arg.MessageIds)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +85,12 @@ func (q *Queries) InboxListForMessages(ctx context.Context, messageIds []string)
 	var items []ProcessedMessage
 	for rows.Next() {
 		var i ProcessedMessage
-		if err := rows.Scan(&i.MessageID, &i.Subscriber, &i.ProcessedAt); err != nil {
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Subscriber,
+			&i.ProcessedAt,
+			&i.TenantID,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

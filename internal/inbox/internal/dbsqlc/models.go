@@ -6,10 +6,13 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/google/uuid"
 )
 
 type ProcessedMessage struct {
 	MessageID   string
 	Subscriber  string
 	ProcessedAt time.Time
+	TenantID    uuid.UUID
 }

@@ -30,6 +30,7 @@ type OrderItem struct {
 	Quantity   int32
 	UnitAmount int64
 	Amount     int64
+	TenantID   uuid.UUID
 }
 
 type Product struct {

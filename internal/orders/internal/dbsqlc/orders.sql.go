@@ -164,11 +164,16 @@ func (q *Queries) OrderInsert(ctx context.Context, arg OrderInsertParams) (Order
 }
 
 const orderItemsGet = `-- name: OrderItemsGet :many
-SELECT order_id, line, sku, name, quantity, unit_amount, amount FROM order_items WHERE order_id = $1 ORDER BY line
+SELECT order_id, line, sku, name, quantity, unit_amount, amount, tenant_id FROM order_items WHERE tenant_id = $1 AND order_id = $2 ORDER BY line
 `
 
-func (q *Queries) OrderItemsGet(ctx context.Context, orderID uuid.UUID) ([]OrderItem, error) {
-	rows, err := q.db.Query(ctx, orderItemsGet, orderID)
+type OrderItemsGetParams struct {
+	TenantID uuid.UUID
+	OrderID  uuid.UUID
+}
+
+func (q *Queries) OrderItemsGet(ctx context.Context, arg OrderItemsGetParams) ([]OrderItem, error) {
+	rows, err := q.db.Query(ctx, orderItemsGet, arg.TenantID, arg.OrderID)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +189,7 @@ func (q *Queries) OrderItemsGet(ctx context.Context, orderID uuid.UUID) ([]Order
 			&i.Quantity,
 			&i.UnitAmount,
 			&i.Amount,
+			&i.TenantID,
 		); err != nil {
 			return nil, err
 		}
@@ -196,11 +202,16 @@ func (q *Queries) OrderItemsGet(ctx context.Context, orderID uuid.UUID) ([]Order
 }
 
 const orderItemsGetMany = `-- name: OrderItemsGetMany :many
-SELECT order_id, line, sku, name, quantity, unit_amount, amount FROM order_items WHERE order_id = ANY($1::uuid[]) ORDER BY order_id, line
+SELECT order_id, line, sku, name, quantity, unit_amount, amount, tenant_id FROM order_items WHERE tenant_id = $1 AND order_id = ANY($2::uuid[]) ORDER BY order_id, line
 `
 
-func (q *Queries) OrderItemsGetMany(ctx context.Context, orderIds []uuid.UUID) ([]OrderItem, error) {
-	rows, err := q.db.Query(ctx, orderItemsGetMany, orderIds)
+type OrderItemsGetManyParams struct {
+	TenantID uuid.UUID
+	OrderIds []uuid.UUID
+}
+
+func (q *Queries) OrderItemsGetMany(ctx context.Context, arg OrderItemsGetManyParams) ([]OrderItem, error) {
+	rows, err := q.db.Query(ctx, orderItemsGetMany, arg.TenantID, arg.OrderIds)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +227,7 @@ func (q *Queries) OrderItemsGetMany(ctx context.Context, orderIds []uuid.UUID) (
 			&i.Quantity,
 			&i.UnitAmount,
 			&i.Amount,
+			&i.TenantID,
 		); err != nil {
 			return nil, err
 		}
@@ -228,13 +240,14 @@ func (q *Queries) OrderItemsGetMany(ctx context.Context, orderIds []uuid.UUID) (
 }
 
 const orderItemsInsert = `-- name: OrderItemsInsert :exec
-INSERT INTO order_items (order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT $1::uuid,
-       unnest($2::int[]), unnest($3::text[]), unnest($4::text[]),
-       unnest($5::int[]), unnest($6::bigint[]), unnest($7::bigint[])
+INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT $1::uuid, $2::uuid,
+       unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
+       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])
 `
 
 type OrderItemsInsertParams struct {
+	TenantID    uuid.UUID
 	OrderID     uuid.UUID
 	Lines       []int32
 	Skus        []string
@@ -247,6 +260,7 @@ type OrderItemsInsertParams struct {
 // OrderItemsInsert inserts all lines of an order in one statement.
 func (q *Queries) OrderItemsInsert(ctx context.Context, arg OrderItemsInsertParams) error {
 	_, err := q.db.Exec(ctx, orderItemsInsert,
+		arg.TenantID,
 		arg.OrderID,
 		arg.Lines,
 		arg.Skus,
@@ -314,10 +328,10 @@ func (q *Queries) OrderListNewest(ctx context.Context, arg OrderListNewestParams
 
 const orderLockStock = `-- name: OrderLockStock :many
 SELECT i.sku, i.name, i.quantity, p.stock,
-       (SELECT count(*) FROM order_items c WHERE c.order_id = i.order_id)::int AS order_lines
+       (SELECT count(*) FROM order_items c WHERE c.tenant_id = i.tenant_id AND c.order_id = i.order_id)::int AS order_lines
 FROM order_items i
-JOIN products p ON p.tenant_id = $1 AND p.sku = i.sku
-WHERE i.order_id = $2
+JOIN products p ON p.tenant_id = i.tenant_id AND p.sku = i.sku
+WHERE i.tenant_id = $1 AND i.order_id = $2
 ORDER BY i.sku
 FOR UPDATE OF p
 `
@@ -370,19 +384,19 @@ const orderTakeStock = `-- name: OrderTakeStock :execrows
 UPDATE products p
 SET stock = p.stock - i.quantity
 FROM order_items i
-WHERE i.order_id = $1 AND p.tenant_id = $2 AND p.sku = i.sku AND p.stock >= i.quantity
+WHERE i.tenant_id = $1 AND i.order_id = $2 AND p.tenant_id = i.tenant_id AND p.sku = i.sku AND p.stock >= i.quantity
 `
 
 type OrderTakeStockParams struct {
-	OrderID  uuid.UUID
 	TenantID uuid.UUID
+	OrderID  uuid.UUID
 }
 
 // OrderTakeStock takes every line's quantity out of stock. Run it on
 // locked rows that all suffice; p.stock >= i.quantity (and the CHECK on
 // products.stock) make sure it never goes below zero regardless.
 func (q *Queries) OrderTakeStock(ctx context.Context, arg OrderTakeStockParams) (int64, error) {
-	result, err := q.db.Exec(ctx, orderTakeStock, arg.OrderID, arg.TenantID)
+	result, err := q.db.Exec(ctx, orderTakeStock, arg.TenantID, arg.OrderID)
 	if err != nil {
 		return 0, err
 	}
