@@ -1,3 +1,4 @@
+DROP INDEX orders_id, payments_id, payments_live_by_order, refunds_id, refunds_payment_id, outbox_events_id, attention_items_id;
 DROP INDEX attention_items_delivery;
 CREATE UNIQUE INDEX attention_items_delivery ON attention_items (delivery_id) WHERE delivery_id IS NOT NULL;
 ALTER TABLE attention_items DROP CONSTRAINT attention_items_pkey, ADD PRIMARY KEY (id);

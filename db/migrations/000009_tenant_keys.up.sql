@@ -76,3 +76,18 @@ ALTER TABLE processed_messages ALTER COLUMN tenant_id SET NOT NULL,
 ALTER TABLE attention_items DROP CONSTRAINT attention_items_pkey, ADD PRIMARY KEY (tenant_id, id);
 DROP INDEX attention_items_delivery;
 CREATE UNIQUE INDEX attention_items_delivery ON attention_items (tenant_id, delivery_id) WHERE delivery_id IS NOT NULL;
+
+-- Some statements still find a row by its id alone (a payment or refund
+-- finished by id, an outbox row marked by id, an order's live payment by
+-- the order): with the id second in the primary key they would scan the
+-- table. These plain indexes keep them as fast as before; they go again
+-- once every such statement names the tenant too (which Citus needs to
+-- route it to one shard). Plain, not unique: the ids are UUIDv7, and a
+-- distributed table takes no unique index without tenant_id.
+CREATE INDEX orders_id ON orders (id);
+CREATE INDEX payments_id ON payments (id);
+CREATE INDEX payments_live_by_order ON payments (order_id) WHERE status IN ('pending', 'succeeded');
+CREATE INDEX refunds_id ON refunds (id);
+CREATE INDEX refunds_payment_id ON refunds (payment_id);
+CREATE INDEX outbox_events_id ON outbox_events (id);
+CREATE INDEX attention_items_id ON attention_items (id);
