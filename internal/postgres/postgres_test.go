@@ -318,3 +318,27 @@ func TestTenantKeysMigrationKeepsRows(t *testing.T) {
 		t.Errorf("the next event's seq = %d, want %d (where the identity stopped)", seq, seqBefore+1)
 	}
 }
+
+// The service's connections are "oncepay" in pg_stat_activity, unless the
+// URL names them: several instances on one database can be told apart (the
+// chaos run finds the API that waits on its locks that way).
+func TestApplicationNameFromTheURL(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ url, want string }{
+		{url, postgres.ApplicationName},
+		{url + "&application_name=oncepay-api-7", "oncepay-api-7"},
+	} {
+		pool, err := postgres.Open(ctx, tc.url, postgres.PoolConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&got)
+		pool.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("application_name = %q, %v; want %q", got, err, tc.want)
+		}
+	}
+}
