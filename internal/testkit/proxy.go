@@ -2,46 +2,35 @@ package testkit
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-	zlog "github.com/rs/zerolog/log"
+	"github.com/oncepay/oncepay/proving/faultproxy"
 )
 
-// FaultProxy is a real TCP fault proxy (toxiproxy v2, used as a library)
-// between a test's component and one of its dependencies: the component
-// dials Addr, the proxy forwards to the upstream, and the test adds faults
-// (toxics) on the way and removes them again with Heal. It listens on a
-// free loopback port and stops when the test ends.
+// FaultProxy is a real TCP fault proxy (proving/faultproxy: toxiproxy v2,
+// used as a library) between a test's component and one of its
+// dependencies: the component dials Addr, the proxy forwards to the
+// upstream, and the test adds faults (toxics) on the way and removes them
+// again with Heal. It listens on a free loopback port and stops when the
+// test ends.
 type FaultProxy struct {
 	// Addr is where the proxy listens (127.0.0.1:port).
 	Addr string
-	p    *toxiproxy.Proxy
-	n    atomic.Int64
+	p    *faultproxy.Proxy
 }
 
 // StartFaultProxy starts a proxy in front of upstream (host:port).
 func StartFaultProxy(t testing.TB, upstream string) *FaultProxy {
 	t.Helper()
-	// Some toxics (bandwidth) log through zerolog's global logger, not the
-	// server's.
-	quietToxics.Do(func() { zlog.Logger = zerolog.Nop() })
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, strings.ReplaceAll(t.Name(), "/", "_"), "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("start fault proxy in front of %s: %v", upstream, err)
+	p, err := faultproxy.Start(strings.ReplaceAll(t.Name(), "/", "_"), upstream)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
-	return &FaultProxy{Addr: p.Listen, p: p}
+	return &FaultProxy{Addr: p.Addr, p: p}
 }
 
 // Down stops the proxy: it no longer listens, and the connections through
@@ -52,8 +41,8 @@ func (f *FaultProxy) Down() { f.p.Stop() }
 // Up listens again on Addr after Down, faults kept.
 func (f *FaultProxy) Up(t testing.TB) {
 	t.Helper()
-	if err := f.p.Start(); err != nil {
-		t.Fatalf("restart fault proxy on %s: %v", f.Addr, err)
+	if err := f.p.Restart(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -62,12 +51,11 @@ func (f *FaultProxy) Up(t testing.TB) {
 // the proxy.
 func (f *FaultProxy) Through(t testing.TB, rawURL string) string {
 	t.Helper()
-	u, err := url.Parse(rawURL)
+	u, err := f.p.Through(rawURL)
 	if err != nil {
-		t.Fatalf("parse %q: %v", rawURL, err)
+		t.Fatal(err)
 	}
-	u.Host = f.Addr
-	return u.String()
+	return u
 }
 
 // Upstream returns the host:port of rawURL, for StartFaultProxy.
@@ -83,27 +71,11 @@ func Upstream(t testing.TB, rawURL string) string {
 	return u.Host
 }
 
-// Both directions of a connection, as toxiproxy names them: upstream is
-// from the component to the dependency, downstream the answers.
-var bothStreams = []string{"upstream", "downstream"}
-
 // add adds one toxic of kind on each of streams with attrs.
 func (f *FaultProxy) add(t testing.TB, kind string, attrs map[string]any, streams ...string) {
 	t.Helper()
-	for _, stream := range streams {
-		body, err := json.Marshal(map[string]any{
-			"name":       fmt.Sprintf("%s_%s_%d", kind, stream, f.n.Add(1)),
-			"type":       kind,
-			"stream":     stream,
-			"toxicity":   1,
-			"attributes": attrs,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.p.Toxics.AddToxicJson(strings.NewReader(string(body))); err != nil {
-			t.Fatalf("add %s toxic: %v", kind, err)
-		}
+	if _, err := f.p.Add(kind, attrs, streams...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -111,7 +83,7 @@ func (f *FaultProxy) add(t testing.TB, kind string, attrs map[string]any, stream
 // directions.
 func (f *FaultProxy) Latency(t testing.TB, ms int) {
 	t.Helper()
-	f.add(t, "latency", map[string]any{"latency": ms}, bothStreams...)
+	f.add(t, "latency", map[string]any{"latency": ms}, faultproxy.Both...)
 }
 
 // Blackhole swallows everything from now on, in both directions, without
@@ -120,7 +92,7 @@ func (f *FaultProxy) Latency(t testing.TB, ms int) {
 // host). Data swallowed is lost for good, as on a real partition.
 func (f *FaultProxy) Blackhole(t testing.TB) {
 	t.Helper()
-	f.add(t, "timeout", map[string]any{"timeout": 0}, bothStreams...)
+	f.add(t, "timeout", map[string]any{"timeout": 0}, faultproxy.Both...)
 }
 
 // ResetPeer resets (TCP RST) every connection as soon as data flows on it:
@@ -141,14 +113,10 @@ func (f *FaultProxy) LimitData(t testing.TB, n int) {
 // directions.
 func (f *FaultProxy) Bandwidth(t testing.TB, kbps int) {
 	t.Helper()
-	f.add(t, "bandwidth", map[string]any{"rate": kbps}, bothStreams...)
+	f.add(t, "bandwidth", map[string]any{"rate": kbps}, faultproxy.Both...)
 }
 
 // Heal removes every fault. Connections that lost data to a fault stay
 // broken (their peers wait for bytes that never come); the component must
 // notice that by its own deadlines.
-func (f *FaultProxy) Heal() { f.p.Toxics.ResetToxics(context.Background()) }
-
-// quietToxics silences zerolog's global logger once, before any toxic runs
-// (setting it while toxics read it would be a data race).
-var quietToxics sync.Once
+func (f *FaultProxy) Heal() { f.p.Heal(context.Background()) }

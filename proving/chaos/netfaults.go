@@ -2,21 +2,13 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/Shopify/toxiproxy/v2"
-	"github.com/Shopify/toxiproxy/v2/collectors"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/rs/zerolog"
-	zlog "github.com/rs/zerolog/log"
+	"github.com/oncepay/oncepay/proving/faultproxy"
 )
 
 // The dependencies whose network the schedule breaks: both APIs reach each
@@ -36,43 +28,29 @@ var Dependencies = []string{DepPostgres, DepNATS, DepProvider}
 // links are the fault proxies between the APIs and their dependencies.
 type links struct {
 	mu      sync.Mutex
-	proxies map[string]*toxiproxy.Proxy
-	// carried counts the bytes each proxy passed on, both ways: proof that
-	// the APIs really go through it.
-	carried map[string]*collectors.ProxyMetricCollectors
-	n       atomic.Int64
+	proxies map[string]*faultproxy.Proxy
 }
 
-func newLinks() *links {
-	// Some toxics (bandwidth) log through zerolog's global logger, not the
-	// server's: every interrupted copy would be a line in the run's output.
-	quietToxics.Do(func() { zlog.Logger = zerolog.Nop() })
-	return &links{proxies: map[string]*toxiproxy.Proxy{}, carried: map[string]*collectors.ProxyMetricCollectors{}}
-}
+func newLinks() *links { return &links{proxies: map[string]*faultproxy.Proxy{}} }
 
-// start puts a proxy in front of upstream (host:port) for dep and returns
-// rawURL with its host replaced by the proxy's.
+// start puts a proxy in front of rawURL's host for dep and returns rawURL
+// with its host replaced by the proxy's.
 func (l *links) start(dep, rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", fmt.Errorf("%s link: parse %q: %w", dep, rawURL, err)
 	}
-	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
-	metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
-	srv := toxiproxy.NewServer(metrics, zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, dep, "127.0.0.1:0", u.Host)
-	if err := p.Start(); err != nil {
-		return "", fmt.Errorf("%s link: start the fault proxy in front of %s: %w", dep, u.Host, err)
+	p, err := faultproxy.Start(dep, u.Host)
+	if err != nil {
+		return "", fmt.Errorf("%s link: %w", dep, err)
 	}
 	l.mu.Lock()
 	l.proxies[dep] = p
-	l.carried[dep] = metrics.ProxyMetrics
 	l.mu.Unlock()
-	u.Host = p.Listen
-	return u.String(), nil
+	return p.Through(rawURL)
 }
 
-func (l *links) proxy(dep string) (*toxiproxy.Proxy, error) {
+func (l *links) proxy(dep string) (*faultproxy.Proxy, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p, ok := l.proxies[dep]
@@ -89,19 +67,11 @@ func (l *links) add(dep, kind string, attrs map[string]any) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	for _, stream := range []string{"upstream", "downstream"} {
-		name := fmt.Sprintf("%s_%s_%d", kind, stream, l.n.Add(1))
-		body, err := json.Marshal(map[string]any{"name": name, "type": kind, "stream": stream, "toxicity": 1, "attributes": attrs})
-		if err != nil {
-			return names, err
-		}
-		if _, err := p.Toxics.AddToxicJson(strings.NewReader(string(body))); err != nil {
-			return names, fmt.Errorf("%s link: add %s: %w", dep, kind, err)
-		}
-		names = append(names, name)
+	names, err := p.Add(kind, attrs, faultproxy.Both...)
+	if err != nil {
+		err = fmt.Errorf("%s link: %w", dep, err)
 	}
-	return names, nil
+	return names, err
 }
 
 // remove takes the named toxics off dep's link again.
@@ -110,10 +80,8 @@ func (l *links) remove(ctx context.Context, dep string, names []string) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
-		if err := p.Toxics.RemoveToxic(ctx, name); err != nil {
-			return fmt.Errorf("%s link: remove %s: %w", dep, name, err)
-		}
+	if err := p.Remove(ctx, names); err != nil {
+		return fmt.Errorf("%s link: %w", dep, err)
 	}
 	return nil
 }
@@ -123,18 +91,8 @@ func (l *links) bytes() map[string]int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]int64{}
-	for dep, m := range l.carried {
-		ch := make(chan prometheus.Metric, 16)
-		go func() {
-			m.ReceivedBytesTotal.Collect(ch)
-			close(ch)
-		}()
-		for metric := range ch {
-			var d dto.Metric
-			if metric.Write(&d) == nil && d.Counter != nil {
-				out[dep] += int64(d.Counter.GetValue())
-			}
-		}
+	for dep, p := range l.proxies {
+		out[dep] = p.Carried()
 	}
 	return out
 }
@@ -144,7 +102,7 @@ func (l *links) heal(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range l.proxies {
-		p.Toxics.ResetToxics(ctx)
+		p.Heal(ctx)
 	}
 }
 
@@ -221,7 +179,3 @@ func (l *linkLog) list() []LinkFault {
 	defer l.mu.Unlock()
 	return append([]LinkFault(nil), l.all...)
 }
-
-// quietToxics silences zerolog's global logger once, before any toxic runs
-// (setting it while toxics read it would be a data race).
-var quietToxics sync.Once
