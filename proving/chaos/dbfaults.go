@@ -19,22 +19,23 @@ const reconnectBound = 30 * time.Second
 // probeEvery paces the probes of the APIs while the database is away.
 const probeEvery = 2 * time.Second
 
-// outageLog collects the outages of a run.
-type outageLog struct {
+// record collects what the schedule's steps report (the outages, the
+// network faults of a run), safe for the lanes that run them.
+type record[T any] struct {
 	mu  sync.Mutex
-	all []Outage
+	all []T
 }
 
-func (l *outageLog) add(o Outage) {
+func (l *record[T]) add(v T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.all = append(l.all, o)
+	l.all = append(l.all, v)
 }
 
-func (l *outageLog) list() []Outage {
+func (l *record[T]) list() []T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Outage(nil), l.all...)
+	return append([]T(nil), l.all...)
 }
 
 // databaseDown takes the run's PostgreSQL away as the step says (a kill

@@ -123,8 +123,8 @@ type executor struct {
 	faults *faultCounts
 	// outages records the database's absences (databaseDown), linkFaults
 	// the network faults (netFault).
-	outages    *outageLog
-	linkFaults *linkLog
+	outages    *record[Outage]
+	linkFaults *record[LinkFault]
 	logf       func(format string, args ...any)
 }
 

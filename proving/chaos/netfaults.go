@@ -161,21 +161,3 @@ func (e *executor) netFault(ctx context.Context, st Step) error {
 	}
 	return err
 }
-
-// linkLog collects the network faults of a run.
-type linkLog struct {
-	mu  sync.Mutex
-	all []LinkFault
-}
-
-func (l *linkLog) add(f LinkFault) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all = append(l.all, f)
-}
-
-func (l *linkLog) list() []LinkFault {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]LinkFault(nil), l.all...)
-}

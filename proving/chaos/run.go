@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	st.pg = pg
 	defer st.stop()
-	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &outageLog{}, linkFaults: &linkLog{},
+	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &record[Outage]{}, linkFaults: &record[LinkFault]{},
 		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second, Transport: bearer{key: st.pspKey, next: http.DefaultTransport}}}}
 	if err := r.run(ctx); err != nil {
 		return rep, err
@@ -331,8 +331,8 @@ type runner struct {
 	proxy      *Proxy
 	driver     *driver
 	faults     *faultCounts
-	outages    *outageLog
-	linkFaults *linkLog
+	outages    *record[Outage]
+	linkFaults *record[LinkFault]
 	stats      loadStats
 	rep        *Report
 }
