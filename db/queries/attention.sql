@@ -12,6 +12,8 @@ ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: AttentionGet :one
+-- AttentionGet finds an item by its id alone, for an operator who names
+-- it: on Citus a read of every shard, without a lock.
 SELECT * FROM attention_items WHERE id = $1;
 
 -- name: AttentionGetOpenForAttempt :one
@@ -20,7 +22,7 @@ WHERE tenant_id = @tenant_id AND operation = @operation::text AND idempotency_ke
   AND resolved_at IS NULL;
 
 -- name: AttentionGetByDelivery :one
-SELECT * FROM attention_items WHERE delivery_id = @delivery_id::text;
+SELECT * FROM attention_items WHERE tenant_id = @tenant_id AND delivery_id = @delivery_id::text;
 
 -- name: AttentionListForAttempt :many
 -- AttentionListForAttempt returns an attempt's items, newest first.
@@ -49,7 +51,7 @@ LIMIT @max_rows;
 -- and reports no row.
 UPDATE attention_items
 SET resolved_at = @resolved_at::timestamptz, resolution = @resolution::text, note = @note::text
-WHERE id = @id AND resolved_at IS NULL
+WHERE tenant_id = @tenant_id AND id = @id AND resolved_at IS NULL
 RETURNING *;
 
 -- name: AttentionCountOpen :many

@@ -45,8 +45,20 @@ SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at =
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
   AND state = 'pending' AND held_at IS NULL;
 
+-- name: IdempotencyExpiredTenants :many
+-- IdempotencyExpiredTenants lists up to max_rows tenants with pending
+-- records of the given operations that the recoverer may take over, the
+-- tenant of the longest expired first. It takes no lock: on Citus it is the
+-- one statement of the recoverer that reads every shard.
+SELECT tenant_id FROM api_idempotency
+WHERE state = 'pending' AND operation = ANY(@operations::text[]) AND locked_until < @now::timestamptz
+  AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= @now::timestamptz)
+GROUP BY tenant_id
+ORDER BY min(locked_until)
+LIMIT @max_rows;
+
 -- name: IdempotencyClaimExpired :many
--- IdempotencyClaimExpired takes over pending records of the given operations
+-- IdempotencyClaimExpired takes over one tenant's pending records of the given operations
 -- whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
 -- lets several recoverers run at once without waiting on each other; the
 -- renewed lease keeps the others away after commit. A held record (no lease)
@@ -55,7 +67,7 @@ WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @i
 -- sets the next backoff (IdempotencySetNextRecovery).
 WITH expired AS (
     SELECT tenant_id, operation, idempotency_key FROM api_idempotency
-    WHERE state = 'pending' AND operation = ANY(@operations::text[]) AND locked_until < @now
+    WHERE tenant_id = @tenant_id AND state = 'pending' AND operation = ANY(@operations::text[]) AND locked_until < @now
       AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= @now)
     ORDER BY locked_until
     LIMIT @max_rows
@@ -63,24 +75,30 @@ WITH expired AS (
 )
 UPDATE api_idempotency a SET locked_until = @locked_until, updated_at = @now, recoveries = a.recoveries + 1
 FROM expired e
-WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
+WHERE a.tenant_id = @tenant_id AND a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
 RETURNING a.*;
 
 -- name: IdempotencyDeleteExpired :execrows
--- IdempotencyDeleteExpired deletes up to max_rows finished idempotency
--- records that expired at or before cutoff, oldest first. Pending records
+-- IdempotencyDeleteExpired deletes up to max_rows of one tenant's finished
+-- idempotency records that expired at or before cutoff, oldest first. Pending records
 -- (an operation still unsettled) are never candidates. SKIP LOCKED: a record
 -- a request is reading for update is left for the next round, and two
 -- sweepers never wait on each other.
-DELETE FROM api_idempotency a
-USING (
+--
+-- The batch is a CTE, computed once. As a subquery in USING the planner may
+-- put it inside a nested loop and run it again for every row it joins, and
+-- each run, skipping the rows this statement has deleted already, locks
+-- another batch: the LIMIT would bound nothing.
+WITH d AS (
     SELECT r.tenant_id, r.operation, r.idempotency_key FROM api_idempotency r
-    WHERE r.state <> 'pending' AND r.expires_at <= @cutoff::timestamptz
+    WHERE r.tenant_id = @tenant_id::uuid AND r.state <> 'pending' AND r.expires_at <= @cutoff::timestamptz
     ORDER BY r.expires_at
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-) d
-WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key;
+)
+DELETE FROM api_idempotency a
+USING d
+WHERE a.tenant_id = @tenant_id::uuid AND a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key;
 
 -- name: IdempotencyCountStuck :one
 -- IdempotencyCountStuck counts pending idempotency records whose lease ran

@@ -14,15 +14,17 @@ WHERE tenant_id = @tenant_id AND message_id = ANY(@message_ids::text[])
 ORDER BY message_id, processed_at, subscriber;
 
 -- name: InboxDeleteProcessed :execrows
--- InboxDeleteProcessed deletes inbox rows of messages processed
+-- InboxDeleteProcessed deletes one tenant's inbox rows of messages processed
 -- at or before cutoff. The policy keeps them at least as long as the broker
 -- may redeliver and an operator may replay the message.
-DELETE FROM processed_messages m
-USING (
+-- The batch is a CTE, computed once (see IdempotencyDeleteExpired).
+WITH d AS (
     SELECT r.tenant_id, r.message_id, r.subscriber FROM processed_messages r
-    WHERE r.processed_at <= @cutoff::timestamptz
+    WHERE r.tenant_id = @tenant_id::uuid AND r.processed_at <= @cutoff::timestamptz
     ORDER BY r.processed_at
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-) d
-WHERE m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber;
+)
+DELETE FROM processed_messages m
+USING d
+WHERE m.tenant_id = @tenant_id::uuid AND m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber;

@@ -58,7 +58,7 @@ SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
 -- in Go): an order never moves backwards, and a status it already has or
 -- has passed changes nothing.
 UPDATE orders SET status = @status, updated_at = @now
-WHERE id = @id AND status = ANY(@from_statuses::text[]);
+WHERE tenant_id = @tenant_id AND id = @id AND status = ANY(@from_statuses::text[]);
 
 -- name: OrderLockStock :many
 -- OrderLockStock locks the products an order needs, in SKU order (two
@@ -67,10 +67,10 @@ WHERE id = @id AND status = ANY(@from_statuses::text[]);
 -- counts all lines of the order: fewer rows than that means a line names a
 -- product that does not exist (any more).
 SELECT i.sku, i.name, i.quantity, p.stock,
-       (SELECT count(*) FROM order_items c WHERE c.tenant_id = i.tenant_id AND c.order_id = i.order_id)::int AS order_lines
+       (SELECT count(*) FROM order_items c WHERE c.tenant_id = @tenant_id AND c.order_id = @order_id)::int AS order_lines
 FROM order_items i
 JOIN products p ON p.tenant_id = i.tenant_id AND p.sku = i.sku
-WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id
+WHERE i.tenant_id = @tenant_id AND p.tenant_id = @tenant_id AND i.order_id = @order_id
 ORDER BY i.sku
 FOR UPDATE OF p;
 
@@ -81,4 +81,4 @@ FOR UPDATE OF p;
 UPDATE products p
 SET stock = p.stock - i.quantity
 FROM order_items i
-WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id AND p.tenant_id = i.tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;
+WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id AND p.tenant_id = @tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;

@@ -10,9 +10,22 @@ WHERE tenant_id = @tenant_id AND (NOT @has_cursor::bool OR seq < @cursor_seq::bi
 ORDER BY seq DESC
 LIMIT @max_rows;
 
+-- name: OutboxDueTenants :many
+-- OutboxDueTenants lists up to max_rows tenants that have due, unpublished
+-- events, for the dispatcher to claim them tenant by tenant. It takes no
+-- lock: on Citus it is the one statement of the dispatcher that reads every
+-- shard.
+SELECT DISTINCT tenant_id FROM outbox_events
+WHERE published_at IS NULL AND stuck_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= @now::timestamptz)
+  AND (locked_until IS NULL OR locked_until <= @now::timestamptz)
+LIMIT @max_rows;
+
 -- name: OutboxClaimBatch :many
--- OutboxClaimBatch leases up to max_rows due, unpublished rows to the
--- dispatcher holding token, oldest first. FOR UPDATE SKIP LOCKED lets
+-- OutboxClaimBatch leases up to max_rows of one tenant's due, unpublished
+-- rows to the dispatcher holding token, oldest first. One tenant at a time:
+-- on Citus the statement stays on the tenant's shard (a FOR UPDATE across
+-- shards is refused there). FOR UPDATE SKIP LOCKED lets
 -- concurrent dispatchers claim disjoint batches without waiting; the lease
 -- (locked_until) keeps the rows theirs after this statement commits, while
 -- they publish. A lease that ran out (its dispatcher died) is claimable again.
@@ -22,7 +35,7 @@ LIMIT @max_rows;
 -- seqs were published is still claimed by the next round.
 WITH due AS (
     SELECT id FROM outbox_events
-    WHERE published_at IS NULL AND stuck_at IS NULL
+    WHERE tenant_id = @tenant_id::uuid AND published_at IS NULL AND stuck_at IS NULL
       AND (next_attempt_at IS NULL OR next_attempt_at <= @now::timestamptz)
       AND (locked_until IS NULL OR locked_until <= @now::timestamptz)
     ORDER BY seq
@@ -32,7 +45,7 @@ WITH due AS (
 UPDATE outbox_events e
 SET locked_until = @lease_until::timestamptz, locked_by = @token::uuid
 FROM due
-WHERE e.id = due.id
+WHERE e.tenant_id = @tenant_id::uuid AND e.id = due.id
 RETURNING e.*;
 
 -- name: OutboxMarkPublished :execrows
@@ -42,7 +55,7 @@ RETURNING e.*;
 UPDATE outbox_events
 SET published_at = @published_at::timestamptz, attempts = attempts + 1,
     locked_until = NULL, locked_by = NULL, next_attempt_at = NULL
-WHERE id = ANY(@ids::uuid[]) AND published_at IS NULL;
+WHERE tenant_id = @tenant_id::uuid AND id = ANY(@ids::uuid[]) AND published_at IS NULL;
 
 -- name: OutboxRecordFailures :many
 -- OutboxRecordFailures counts a failed attempt for each row the dispatcher
@@ -56,10 +69,12 @@ SET attempts = e.attempts + 1,
     locked_until = NULL, locked_by = NULL
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@last_errors::text[]) AS last_error,
              unnest(@next_attempt_ats::timestamptz[]) AS next_attempt_at, unnest(@stuck::bool[]) AS stuck) AS f
-WHERE e.id = f.id AND e.locked_by = @token::uuid AND e.published_at IS NULL
+WHERE e.tenant_id = @tenant_id::uuid AND e.id = f.id AND e.locked_by = @token::uuid AND e.published_at IS NULL
 RETURNING e.id, e.tenant_id, e.event_type, e.attempts, e.stuck_at;
 
 -- name: OutboxGet :one
+-- OutboxGet finds an event by its id alone, for an operator who names it:
+-- on Citus a read of every shard, without a lock.
 SELECT * FROM outbox_events WHERE id = $1;
 
 -- name: OutboxExists :one
@@ -72,7 +87,7 @@ SELECT EXISTS (SELECT 1 FROM outbox_events WHERE tenant_id = $1 AND id = $2);
 -- keeps its lease. It returns no row for a published or unknown event.
 UPDATE outbox_events
 SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
-WHERE id = @id AND published_at IS NULL
+WHERE tenant_id = @tenant_id AND id = @id AND published_at IS NULL
 RETURNING *;
 
 -- name: OutboxStats :one
@@ -98,14 +113,16 @@ LIMIT @max_rows;
 SELECT pg_notify('oncepay_outbox', '');
 
 -- name: OutboxDeletePublished :execrows
--- OutboxDeletePublished deletes published outbox rows published at
--- or before cutoff. Unpublished rows are never candidates.
-DELETE FROM outbox_events o
-USING (
+-- OutboxDeletePublished deletes one tenant's published outbox rows
+-- published at or before cutoff. Unpublished rows are never candidates.
+-- The batch is a CTE, computed once (see IdempotencyDeleteExpired).
+WITH d AS (
     SELECT r.id FROM outbox_events r
-    WHERE r.published_at IS NOT NULL AND r.published_at <= @cutoff::timestamptz
+    WHERE r.tenant_id = @tenant_id::uuid AND r.published_at IS NOT NULL AND r.published_at <= @cutoff::timestamptz
     ORDER BY r.published_at
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-) d
-WHERE o.id = d.id;
+)
+DELETE FROM outbox_events o
+USING d
+WHERE o.tenant_id = @tenant_id::uuid AND o.id = d.id;

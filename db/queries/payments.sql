@@ -6,9 +6,6 @@ RETURNING *;
 -- name: PaymentGet :one
 SELECT * FROM payments WHERE tenant_id = $1 AND id = $2;
 
--- name: PaymentGetByID :one
-SELECT * FROM payments WHERE id = $1;
-
 -- name: PaymentGetForUpdate :one
 SELECT * FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
 
@@ -16,32 +13,32 @@ SELECT * FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
 SELECT * FROM payments WHERE tenant_id = $1 AND idempotency_key = $2;
 
 -- name: PaymentGetLiveForOrder :one
-SELECT * FROM payments WHERE order_id = $1 AND status IN ('pending', 'succeeded');
+SELECT * FROM payments WHERE tenant_id = $1 AND order_id = $2 AND status IN ('pending', 'succeeded');
 
 -- name: PaymentSucceed :one
 -- PaymentSucceed finishes a pending payment; it returns no row when the
 -- payment is no longer pending (someone else finished it first).
 UPDATE payments SET status = 'succeeded', provider_charge_id = @provider_charge_id, updated_at = @now
-WHERE id = @id AND status = 'pending'
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
 RETURNING *;
 
 -- name: PaymentFail :one
 UPDATE payments SET status = 'failed', provider_charge_id = @provider_charge_id, failure_code = @failure_code, updated_at = @now
-WHERE id = @id AND status = 'pending'
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
 RETURNING *;
 
 -- name: PaymentReserveRefund :one
 -- PaymentReserveRefund reserves amount for a refund of a succeeded payment;
 -- no row means the payment cannot cover it.
 UPDATE payments SET refund_reserved = refund_reserved + @amount, updated_at = @now
-WHERE id = @id AND status = 'succeeded' AND refund_reserved + @amount <= amount
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'succeeded' AND refund_reserved + @amount <= amount
 RETURNING *;
 
 -- name: PaymentReleaseRefund :exec
-UPDATE payments SET refund_reserved = refund_reserved - @amount, updated_at = @now WHERE id = @id;
+UPDATE payments SET refund_reserved = refund_reserved - @amount, updated_at = @now WHERE tenant_id = @tenant_id AND id = @id;
 
 -- name: PaymentAddRefunded :one
-UPDATE payments SET amount_refunded = amount_refunded + @amount, updated_at = @now WHERE id = @id
+UPDATE payments SET amount_refunded = amount_refunded + @amount, updated_at = @now WHERE tenant_id = @tenant_id AND id = @id
 RETURNING *;
 
 -- name: RefundInsert :one
@@ -52,20 +49,17 @@ RETURNING *;
 -- name: RefundGetByIdempotencyKey :one
 SELECT * FROM refunds WHERE tenant_id = $1 AND idempotency_key = $2;
 
--- name: RefundGetByID :one
-SELECT * FROM refunds WHERE id = $1;
-
 -- name: RefundGet :one
 SELECT * FROM refunds WHERE tenant_id = $1 AND id = $2;
 
 -- name: RefundSucceed :one
 UPDATE refunds SET status = 'succeeded', provider_refund_id = @provider_refund_id, updated_at = @now
-WHERE id = @id AND status = 'pending'
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
 RETURNING *;
 
 -- name: RefundFail :one
 UPDATE refunds SET status = 'failed', failure_code = @failure_code, updated_at = @now
-WHERE id = @id AND status = 'pending'
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
 RETURNING *;
 
 -- name: PaymentListByOrder :many
@@ -78,6 +72,6 @@ SELECT * FROM payments WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_a
 -- RefundListByOrder lists the refunds of all payments of one of the
 -- tenant's orders, oldest first.
 SELECT r.* FROM refunds r
-JOIN payments p ON p.id = r.payment_id
-WHERE p.tenant_id = $1 AND p.order_id = $2
+JOIN payments p ON p.tenant_id = r.tenant_id AND p.id = r.payment_id
+WHERE r.tenant_id = $1 AND p.tenant_id = $1 AND p.order_id = $2
 ORDER BY r.created_at, r.id;

@@ -4,6 +4,11 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT (slug) DO NOTHING
 RETURNING *;
 
+-- name: TenantListIDs :many
+-- TenantListIDs lists every tenant, for the work that visits them one by
+-- one (the retention sweeper).
+SELECT id FROM tenants ORDER BY id;
+
 -- name: TenantGetBySlug :one
 SELECT * FROM tenants WHERE slug = $1;
 

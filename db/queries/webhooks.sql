@@ -37,12 +37,14 @@ WHERE delivery_id = @delivery_id;
 -- name: WebhookReceiptDeleteProcessed :execrows
 -- WebhookReceiptDeleteProcessed deletes processed webhook receipts received
 -- at or before cutoff. Unprocessed receipts are never candidates.
-DELETE FROM webhook_receipts w
-USING (
+-- The batch is a CTE, computed once (see IdempotencyDeleteExpired).
+WITH d AS (
     SELECT r.delivery_id FROM webhook_receipts r
     WHERE r.processed_at IS NOT NULL AND r.received_at <= @cutoff::timestamptz
     ORDER BY r.received_at
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-) d
+)
+DELETE FROM webhook_receipts w
+USING d
 WHERE w.delivery_id = d.delivery_id;

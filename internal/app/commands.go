@@ -102,6 +102,7 @@ func newSweeper(pool *pgxpool.Pool, cfg Config, store *idempotency.Store, logger
 	}
 	opts = append([]retention.SweeperOption{retention.WithBatchSize(cfg.SweepBatch), retention.WithDutyCycle(cfg.SweepDutyCycle)}, opts...)
 	return retention.NewSweeper(pool, retention.Tables{
+		Tenants:           tenants.IDs,
 		Idempotency:       store.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,
 		WebhookReceipts:   webhooks.DeleteExpired,

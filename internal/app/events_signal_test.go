@@ -52,7 +52,7 @@ func TestServicesWakeTheDispatcherAfterCommit(t *testing.T) {
 		t.Fatalf("pay with the provider hanging = %d %s, want 503", unknown.status, unknown.body)
 	}
 	testkit.WaitFor(t, 10*time.Second, "the webhook-completed payment's event to be published", func() bool {
-		return b.count(t, `SELECT count(*) FROM outbox_events e JOIN payments p ON p.id = e.aggregate_id
+		return b.count(t, `SELECT count(*) FROM outbox_events e JOIN payments p ON p.tenant_id = e.tenant_id AND p.id = e.aggregate_id
 			WHERE p.order_id = $1 AND e.event_type = 'payment.succeeded' AND e.published_at IS NOT NULL`, pending) == 1
 	})
 }

@@ -157,8 +157,8 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 	wantProblem(t, b.webhook(t, "msg_metrics_2", delivery, false), http.StatusUnauthorized, "unauthorized")
 	// The worker: the delivery above names nothing of ours (not_ours); one
 	// for our payment but one cent is a mismatch.
-	other := fmt.Sprintf(`{"id":"evt_metrics_3","type":"charge.succeeded","created":1767225600,"data":{"object":{"id":"ch_metrics_3","amount":1,"currency":"EUR","status":"succeeded","failure_code":null,"amount_refunded":0,"metadata":{"reference":%q}}}}`,
-		first.json(t)["id"])
+	other := fmt.Sprintf(`{"id":"evt_metrics_3","type":"charge.succeeded","created":1767225600,"data":{"object":{"id":"ch_metrics_3","amount":1,"currency":"EUR","status":"succeeded","failure_code":null,"amount_refunded":0,"metadata":{"tenant_id":%q,"reference":%q}}}}`,
+		b.paymentTenant(t, first.json(t)["id"].(string)), first.json(t)["id"])
 	b.webhook(t, "msg_metrics_3", other, true)
 	b.waitForSeries(t, 20*time.Second, `oncepay_webhooks_processed_total{result="not_ours"}`, "receipts that name nothing of ours", atLeast(1))
 	b.waitForSeries(t, 20*time.Second, `oncepay_webhooks_processed_total{result="mismatch"}`, "receipts about other money", atLeast(1))
@@ -219,4 +219,15 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 			t.Errorf("%s = %v (present %t), want a gauge >= 0", series, v, ok)
 		}
 	}
+}
+
+// paymentTenant returns the tenant of a payment, as the charge metadata
+// names it.
+func (b *testBundle) paymentTenant(t *testing.T, paymentID string) string {
+	t.Helper()
+	var tenant string
+	if err := b.pool.QueryRow(context.Background(), `SELECT tenant_id::text FROM payments WHERE id = $1`, paymentID).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	return tenant
 }

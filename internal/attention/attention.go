@@ -177,7 +177,7 @@ func Raise(ctx context.Context, tx pgx.Tx, it Item) (_ Item, raised bool, err er
 			TenantID: it.TenantID, Operation: it.Attempt.Operation, IdempotencyKey: it.Attempt.Key,
 		})
 	} else {
-		row, err = q.AttentionGetByDelivery(ctx, it.DeliveryID)
+		row, err = q.AttentionGetByDelivery(ctx, dbsqlc.AttentionGetByDeliveryParams{TenantID: it.TenantID, DeliveryID: it.DeliveryID})
 	}
 	if err != nil {
 		return Item{}, false, fmt.Errorf("load the attention item raised before: %w", err)
@@ -238,13 +238,16 @@ func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolved) (Item, er
 	if r.Resolution != ResolutionRetried && r.Resolution != ResolutionClosed {
 		return Item{}, fmt.Errorf("attention: no resolution %q", r.Resolution)
 	}
+	// The operator names the item by its id alone: find its tenant first,
+	// so that the write names it (on Citus, one shard).
+	it, err := Get(ctx, tx, id)
+	if err != nil {
+		return Item{}, err
+	}
 	row, err := dbsqlc.New(tx).AttentionResolve(ctx, dbsqlc.AttentionResolveParams{
-		ResolvedAt: r.At, Resolution: string(r.Resolution), Note: truncate(r.Note, maxDetail), ID: id,
+		ResolvedAt: r.At, Resolution: string(r.Resolution), Note: truncate(r.Note, maxDetail), TenantID: it.TenantID, ID: id,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := Get(ctx, tx, id); err != nil {
-			return Item{}, err
-		}
 		return Item{}, fmt.Errorf("resolve attention item %s: %w", id, ErrResolved)
 	}
 	if err != nil {

@@ -13,16 +13,24 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// claimExpired runs ClaimExpired for opPayments with backoff.
+// claimExpired runs ClaimExpired for opPayments with backoff, tenant by
+// tenant like the recoverer.
 func (b *storeBundle) claimExpired(t *testing.T, backoff func(int) time.Duration) []*idempotency.Claim {
 	t.Helper()
-	var claims []*idempotency.Claim
-	if err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
-		var err error
-		claims, err = b.store.ClaimExpired(context.Background(), tx, []idempotency.Operation{opPayments}, 10, backoff)
-		return err
-	}); err != nil {
+	ops := []idempotency.Operation{opPayments}
+	tenants, err := b.store.ExpiredTenants(context.Background(), b.pool, ops, 10)
+	if err != nil {
 		t.Fatal(err)
+	}
+	var claims []*idempotency.Claim
+	for _, tenant := range tenants {
+		if err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+			got, err := b.store.ClaimExpired(context.Background(), tx, tenant, ops, 10, backoff)
+			claims = append(claims, got...)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return claims
 }

@@ -557,8 +557,33 @@ func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
 	return &resp, nil
 }
 
-// ClaimExpired takes over up to limit pending claims of ops whose lease ran
-// out: attempts abandoned by a crash or a client that gave up. It is the
+// ExpiredTenants lists up to limit tenants that have pending claims of ops
+// whose lease ran out and that ClaimExpired may take over, the tenant of the
+// longest expired claim first. It locks nothing (on Citus it reads every
+// shard); ClaimExpired then takes them tenant by tenant.
+func (s *Store) ExpiredTenants(ctx context.Context, db DB, ops []Operation, limit int) ([]uuid.UUID, error) {
+	tenants, err := dbsqlc.New(db).IdempotencyExpiredTenants(ctx, dbsqlc.IdempotencyExpiredTenantsParams{
+		Operations: operationNames(ops),
+		Now:        s.nowUTC(),
+		MaxRows:    int32(min(limit, math.MaxInt32)), // #nosec G115 -- min() bounds it to MaxInt32
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tenants with expired idempotency records: %w", err)
+	}
+	return tenants, nil
+}
+
+func operationNames(ops []Operation) []string {
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = string(op)
+	}
+	return names
+}
+
+// ClaimExpired takes over up to limit of the tenant's pending claims of ops
+// whose lease ran out: attempts abandoned by a crash or a client that gave
+// up. It is the
 // recoverer's Begin: every claim it returns is a ClaimResumed. Concurrent
 // callers (several API processes) never get the same claim: the rows are
 // locked with SKIP LOCKED and leased anew.
@@ -568,15 +593,12 @@ func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
 // should that recovery end without an outcome: the recoverer's backoff. A
 // held record, and one whose backoff has not run out, is not taken. A
 // client's retry (Begin) never waits for the backoff.
-func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, ops []Operation, limit int, backoff func(recovery int) time.Duration) ([]*Claim, error) {
+func (s *Store) ClaimExpired(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, ops []Operation, limit int, backoff func(recovery int) time.Duration) ([]*Claim, error) {
 	now := s.nowUTC()
-	names := make([]string, len(ops))
-	for i, op := range ops {
-		names[i] = string(op)
-	}
 	leaseUntil := now.Add(s.lease)
 	rows, err := dbsqlc.New(tx).IdempotencyClaimExpired(ctx, dbsqlc.IdempotencyClaimExpiredParams{
-		Operations:  names,
+		TenantID:    tenantID,
+		Operations:  operationNames(ops),
 		Now:         now,
 		MaxRows:     int32(min(limit, math.MaxInt32)), // #nosec G115 -- min() bounds it to MaxInt32
 		LockedUntil: &leaseUntil,

@@ -86,11 +86,11 @@ func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, tenantID uuid.UUID, me
 	return out, nil
 }
 
-// DeleteExpired deletes, in tx, up to limit records of messages processed at
+// DeleteExpired deletes, in tx, up to limit of the tenant's records of messages processed at
 // or before cutoff, oldest first, and reports how many it deleted: one batch
 // of the retention sweeper, whose policy keeps them at least as long as the
 // broker may redeliver and an operator may replay the message. A row
 // another transaction holds is skipped for the next batch.
-func DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+func DeleteExpired(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error) {
+	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
 }

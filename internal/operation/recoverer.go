@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -100,20 +101,42 @@ func (rc *Recoverer) RecoverOnce(ctx context.Context, limit int) (int, error) {
 }
 
 // claimExpired takes over one abandoned claim, or returns nil when there is
-// none.
+// none. It finds the tenants with expired claims first (no lock), then
+// takes one claim of theirs, tenant by tenant: on Citus each take-over is a
+// single-shard statement.
 func (rc *Recoverer) claimExpired(ctx context.Context) (*idempotency.Claim, error) {
 	ops := make([]idempotency.Operation, 0, len(rc.ops))
 	for op := range rc.ops {
 		ops = append(ops, op)
 	}
-	var claims []*idempotency.Claim
 	// Bounded like a request: a database that stopped answering must not
 	// hold the round (and the shutdown that waits for it) forever.
 	ctx, cancel := context.WithTimeout(ctx, rc.r.writeTimeout)
 	defer cancel()
+	tenants, err := rc.r.store.ExpiredTenants(ctx, rc.r.pool, ops, expiredTenantsPerClaim)
+	if err != nil {
+		return nil, err
+	}
+	for _, tenant := range tenants {
+		c, err := rc.claimExpiredOf(ctx, tenant, ops)
+		if c != nil || err != nil {
+			return c, err
+		}
+		// Another recoverer took this tenant's claims meanwhile.
+	}
+	return nil, nil
+}
+
+// expiredTenantsPerClaim bounds the tenants claimExpired tries.
+const expiredTenantsPerClaim = 8
+
+// claimExpiredOf takes over one of the tenant's abandoned claims, or returns
+// nil when it has none (left).
+func (rc *Recoverer) claimExpiredOf(ctx context.Context, tenant uuid.UUID, ops []idempotency.Operation) (*idempotency.Claim, error) {
+	var claims []*idempotency.Claim
 	err := postgres.InTx(ctx, rc.r.pool, func(tx pgx.Tx) error {
 		var err error
-		claims, err = rc.r.store.ClaimExpired(ctx, tx, ops, 1, rc.r.bound.wait)
+		claims, err = rc.r.store.ClaimExpired(ctx, tx, tenant, ops, 1, rc.r.bound.wait)
 		return err
 	})
 	if err != nil {

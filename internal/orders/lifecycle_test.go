@@ -67,7 +67,7 @@ func TestAdvanceOnlyMovesForward(t *testing.T) {
 		var moved bool
 		if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 			var err error
-			moved, err = b.svc.Advance(ctx, tx, o.ID, to)
+			moved, err = b.svc.Advance(ctx, tx, b.acme.ID, o.ID, to)
 			return err
 		}); err != nil && to != orders.StatusAwaitingPayment {
 			t.Fatalf("Advance to %s: %v", to, err)

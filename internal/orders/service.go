@@ -214,10 +214,10 @@ func (s *Service) LockForPayment(ctx context.Context, tx pgx.Tx, tenantID, id uu
 	return orderFromRows(row, nil), nil
 }
 
-// Advance moves order id to status to, in tx, if the lifecycle allows it
+// Advance moves the tenant's order id to status to, in tx, if the lifecycle allows it
 // from where the order is (Status.Predecessors). It reports whether the
 // order moved; an order already at to, or past it, stays as it is.
-func (s *Service) Advance(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status) (bool, error) {
+func (s *Service) Advance(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID, to Status) (bool, error) {
 	from := to.Predecessors()
 	if len(from) == 0 {
 		return false, fmt.Errorf("advance order %s: nothing moves to %q", id, to)
@@ -226,7 +226,7 @@ func (s *Service) Advance(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Statu
 	for i, st := range from {
 		names[i] = string(st)
 	}
-	n, err := dbsqlc.New(tx).OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), ID: id, FromStatuses: names})
+	n, err := dbsqlc.New(tx).OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), TenantID: tenantID, ID: id, FromStatuses: names})
 	if err != nil {
 		return false, fmt.Errorf("advance order %s to %s: %w", id, to, err)
 	}

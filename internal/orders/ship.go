@@ -95,7 +95,7 @@ func (s *Service) Ship(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID) (
 	if taken != int64(len(sh.Lines)) { // cannot happen under the row locks; never ship half an order
 		return Shipment{}, fmt.Errorf("take stock for order %s: %d of %d lines taken", id, taken, len(sh.Lines))
 	}
-	moved, err := s.Advance(ctx, tx, id, StatusFulfilled)
+	moved, err := s.Advance(ctx, tx, tenantID, id, StatusFulfilled)
 	if err != nil {
 		return Shipment{}, err
 	}

@@ -119,15 +119,16 @@ func (a *Admin) Stuck(ctx context.Context, limit int) ([]Stored, error) {
 func (a *Admin) Retry(ctx context.Context, id uuid.UUID) (ev Stored, retried bool, err error) {
 	err = postgres.InTx(ctx, a.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		row, err := q.OutboxRetry(ctx, id)
+		// The operator names the event by its id alone: find its tenant
+		// first, so that the write names it (on Citus, one shard).
+		found, err := q.OutboxGet(ctx, id)
+		if err != nil {
+			return notFound(err, "load outbox event "+id.String())
+		}
+		ev = storedFromRow(found)
+		row, err := q.OutboxRetry(ctx, dbsqlc.OutboxRetryParams{TenantID: found.TenantID, ID: id})
 		if err = notFound(err, "retry outbox event "+id.String()); errors.Is(err, ErrNotFound) {
-			// Published, or unknown.
-			row, err = q.OutboxGet(ctx, id)
-			if err != nil {
-				return notFound(err, "load outbox event "+id.String())
-			}
-			ev = storedFromRow(row)
-			return nil
+			return nil // published: nothing to retry
 		}
 		if err != nil {
 			return err

@@ -331,9 +331,16 @@ type Result struct {
 	Claimed, Published, Failed, Stuck int
 }
 
-// DispatchOnce claims one batch of due rows, publishes it and records the
-// outcome. The error is for the round as a whole (database unreachable);
-// a failed publish is not an error but a recorded attempt.
+// DispatchOnce claims one batch of due rows of each tenant that has some,
+// publishes it and records the outcome. The error is for the round as a
+// whole (database unreachable); a failed publish is not an error but a
+// recorded attempt.
+//
+// The claim goes tenant by tenant: it finds the tenants with due rows
+// (OutboxDueTenants, no lock), then claims each one's rows
+// (OutboxClaimBatch, FOR UPDATE SKIP LOCKED on one tenant's rows). On Citus
+// every claim is then a single-shard statement; a FOR UPDATE across shards
+// is refused there.
 //
 // Once a batch is claimed, DispatchOnce finishes it even when ctx is
 // cancelled, bounded by the publish timeout: a shutdown does not leave rows
@@ -342,6 +349,38 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	listCtx, cancelList := context.WithTimeout(ctx, d.cfg.dbTimeout)
+	tenants, err := dbsqlc.New(d.book).OutboxDueTenants(listCtx, dbsqlc.OutboxDueTenantsParams{Now: d.nowUTC(), MaxRows: maxTenantsPerRound})
+	cancelList()
+	if err != nil {
+		return Result{}, fmt.Errorf("list tenants with due outbox events: %w", err)
+	}
+	if len(tenants) == maxTenantsPerRound {
+		d.Notify() // more tenants wait: another round takes them
+	}
+	var res Result
+	for _, tenant := range tenants {
+		r, err := d.dispatchTenant(ctx, tenant)
+		res.Claimed += r.Claimed
+		res.Published += r.Published
+		res.Failed += r.Failed
+		res.Stuck += r.Stuck
+		if err != nil {
+			return res, err
+		}
+		if ctx.Err() != nil {
+			break // what is claimed is finished; the rest waits for the next process
+		}
+	}
+	return res, nil
+}
+
+// maxTenantsPerRound bounds the tenants one round visits.
+const maxTenantsPerRound = 100
+
+// dispatchTenant claims one batch of the tenant's due rows, publishes it and
+// records the outcome.
+func (d *Dispatcher) dispatchTenant(ctx context.Context, tenant uuid.UUID) (Result, error) {
 	token, err := uuid.NewV7()
 	if err != nil {
 		return Result{}, fmt.Errorf("claim token: %w", err)
@@ -350,6 +389,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	claimCtx, cancelClaim := context.WithTimeout(ctx, d.cfg.dbTimeout)
 	rows, err := dbsqlc.New(d.book).OutboxClaimBatch(claimCtx, dbsqlc.OutboxClaimBatchParams{
+		TenantID:   tenant,
 		Now:        now,
 		MaxRows:    int32(d.cfg.batchSize), // #nosec G115 -- the batch size is set in code (default 500), never near MaxInt32
 		LeaseUntil: now.Add(d.cfg.lease),
@@ -401,7 +441,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 	}
 	if len(published) > 0 {
 		markCtx, cancelMark := context.WithTimeout(ctx, d.cfg.dbTimeout)
-		n, err := dbsqlc.New(d.book).OutboxMarkPublished(markCtx, dbsqlc.OutboxMarkPublishedParams{PublishedAt: d.nowUTC(), Ids: published})
+		n, err := dbsqlc.New(d.book).OutboxMarkPublished(markCtx, dbsqlc.OutboxMarkPublishedParams{PublishedAt: d.nowUTC(), TenantID: tenant, Ids: published})
 		cancelMark()
 		if err != nil {
 			// The rows stay leased and are published again after the
@@ -411,7 +451,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (Result, error) {
 		res.Published = int(n)
 	}
 	if len(failed) > 0 {
-		stuck, err := d.recordFailures(ctx, token, rows, errs, failed)
+		stuck, err := d.recordFailures(ctx, tenant, token, rows, errs, failed)
 		if err != nil {
 			return res, err
 		}
@@ -490,9 +530,9 @@ func (d *Dispatcher) traced(ctx context.Context, r dbsqlc.OutboxEvent, m *nats.M
 
 // recordFailures counts a failed attempt for each failed row and reports how
 // many became stuck.
-func (d *Dispatcher) recordFailures(ctx context.Context, token uuid.UUID, rows []dbsqlc.OutboxEvent, errs []error, failed []int) (int, error) {
+func (d *Dispatcher) recordFailures(ctx context.Context, tenant, token uuid.UUID, rows []dbsqlc.OutboxEvent, errs []error, failed []int) (int, error) {
 	now := d.nowUTC()
-	p := dbsqlc.OutboxRecordFailuresParams{Now: now, Token: token}
+	p := dbsqlc.OutboxRecordFailuresParams{Now: now, TenantID: tenant, Token: token}
 	for _, i := range failed {
 		attempts := int(rows[i].Attempts) + 1
 		p.Ids = append(p.Ids, rows[i].ID)

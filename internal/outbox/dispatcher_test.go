@@ -85,7 +85,7 @@ func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.events.Committed()
-	if n := b.count(t, `SELECT count(*) FROM outbox_events l, outbox_events f WHERE l.id = $1 AND f.id = $2 AND l.seq < f.seq`, lateID, first); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM outbox_events l, outbox_events f WHERE l.tenant_id = f.tenant_id AND l.id = $1 AND f.id = $2 AND l.seq < f.seq`, lateID, first); n != 1 {
 		t.Fatal("the late transaction's event does not have the lower seq; the test proves nothing")
 	}
 	testkit.WaitFor(t, 10*time.Second, "the late-committed lower seq to be published", func() bool {
@@ -353,5 +353,42 @@ func TestPublishObserverCountsFailedAndPublishedAttempts(t *testing.T) {
 	})
 	if published, failed := counts(); published != 3 || failed != wantFailed {
 		t.Fatalf("observer saw published %d, failed %d; want 3 and %d", published, failed, wantFailed)
+	}
+}
+
+// The dispatcher claims tenant by tenant (one shard per claim on Citus): one
+// round publishes the due events of every tenant that has some.
+func TestDispatchOnceVisitsEveryTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast()...)
+	ctx := context.Background()
+	var ids []uuid.UUID
+	for range 3 {
+		tenant := testkit.NewTenant(t, b.pool)
+		for range 2 {
+			ev := b.event("order.created")
+			ev.TenantID = tenant.ID
+			if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+				id, err := outbox.Append(ctx, tx, ev)
+				ids = append(ids, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := d.DispatchOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed != 6 || res.Published != 6 {
+		t.Fatalf("one round: %+v, want the 6 events of 3 tenants claimed and published", res)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND published_at IS NOT NULL AND locked_by IS NULL`, ids); n != 6 {
+		t.Fatalf("%d of 6 events marked published", n)
+	}
+	if got := len(b.streamIDs(t)); got != 6 {
+		t.Fatalf("%d messages in the stream, want 6", got)
 	}
 }

@@ -93,12 +93,12 @@ func notFound(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// DeleteExpired deletes, in tx, up to limit events published at or before
+// DeleteExpired deletes, in tx, up to limit of the tenant's events published at or before
 // cutoff, oldest publication first, and reports how many it deleted: one
 // batch of the retention sweeper. An unpublished event is never deleted,
 // and a row another transaction holds is skipped for the next batch.
-func DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+func DeleteExpired(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error) {
+	return dbsqlc.New(tx).OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
 }
 
 // HasEvent reports whether the tenant has event id; another tenant's event

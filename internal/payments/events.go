@@ -110,13 +110,28 @@ func (s *Service) ApplyChargeEvent(ctx context.Context, tx pgx.Tx, c Charge) (ap
 	return true, nil
 }
 
+// reference reads the tenant and the id of our payment or refund from the
+// metadata we gave the provider (chargeMetadata, refundMetadata). Both are
+// needed: every statement names the tenant (on Citus, its shard).
+func reference(meta map[string]string) (tenant, id uuid.UUID, ok bool) {
+	tenant, err := uuid.Parse(meta["tenant_id"])
+	if err != nil {
+		return uuid.Nil, uuid.Nil, false
+	}
+	id, err = uuid.Parse(meta["reference"])
+	if err != nil {
+		return uuid.Nil, uuid.Nil, false
+	}
+	return tenant, id, true
+}
+
 // chargeEventPayment finds the payment a charge event names.
 func (s *Service) chargeEventPayment(ctx context.Context, tx pgx.Tx, c Charge) (Payment, error) {
-	id, err := uuid.Parse(c.Metadata["reference"])
-	if err != nil {
+	tenant, id, ok := reference(c.Metadata)
+	if !ok {
 		return Payment{}, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
-	pay, err := storeOf(tx).payment(ctx, id)
+	pay, err := storeOf(tx).payment(ctx, tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, fmt.Errorf("charge %s: %w", c.ID, ErrUnknownReference)
 	}
@@ -167,18 +182,18 @@ func (s *Service) linkRequest(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, 
 // later event or the recoverer. applied reports whether the event finished
 // the refund (succeeded, with its outbox event, or failed).
 func (s *Service) ApplyRefundEvent(ctx context.Context, tx pgx.Tx, r ProviderRefund) (applied bool, err error) {
-	id, err := uuid.Parse(r.Metadata["reference"])
-	if err != nil {
+	tenant, id, ok := reference(r.Metadata)
+	if !ok {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
-	ref, err := storeOf(tx).refund(ctx, id)
+	ref, err := storeOf(tx).refund(ctx, tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return false, fmt.Errorf("refund %s: %w", r.ID, ErrUnknownReference)
 	}
 	if err != nil {
 		return false, err
 	}
-	pay, err := storeOf(tx).payment(ctx, ref.PaymentID)
+	pay, err := storeOf(tx).payment(ctx, ref.TenantID, ref.PaymentID)
 	if err != nil {
 		return false, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}

@@ -77,7 +77,7 @@ func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 	// The order row is locked: concurrent payments of this order (under other
 	// keys) queue here, so this check is not check-then-act. The partial
 	// unique index payments_one_live_per_order backs it up.
-	live, err := st.hasLivePayment(ctx, order.ID)
+	live, err := st.hasLivePayment(ctx, order.TenantID, order.ID)
 	if err != nil {
 		return operation.Outcome{}, err
 	}
@@ -157,7 +157,7 @@ func (s *Service) loadPayAttempt(ctx context.Context, a *operation.Attempt[payAt
 	if a.Claim.Resource == nil {
 		return fmt.Errorf("payments.create %q at %s has no payment recorded", a.Claim.Request().Key, a.Claim.RecoveryPoint)
 	}
-	pay, err := storeOf(s.pool).payment(ctx, a.Claim.Resource.ID)
+	pay, err := storeOf(s.pool).payment(ctx, a.Claim.Request().TenantID, a.Claim.Resource.ID)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func (s *Service) recordCharge(ctx context.Context, tx pgx.Tx, a *operation.Atte
 	if c := a.Data.charge; c != nil {
 		final, err = s.applyCharge(ctx, tx, a.Data.pay, *c)
 	} else {
-		final, err = storeOf(tx).payment(ctx, a.Data.pay.ID) // finished meanwhile, e.g. by its webhook
+		final, err = storeOf(tx).payment(ctx, a.Data.pay.TenantID, a.Data.pay.ID) // finished meanwhile, e.g. by its webhook
 	}
 	if err != nil {
 		return operation.Outcome{}, err
@@ -208,24 +208,24 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay Payment, c Cha
 		event      string
 	)
 	if c.Status == chargeSucceeded {
-		moved, wasPending, err = st.succeedPayment(ctx, pay.ID, chargeID, now)
+		moved, wasPending, err = st.succeedPayment(ctx, pay.TenantID, pay.ID, chargeID, now)
 		event = EventPaymentSucceeded
 	} else {
 		code := "card_declined"
 		if c.FailureCode != nil {
 			code = *c.FailureCode
 		}
-		moved, wasPending, err = st.failPayment(ctx, pay.ID, chargeID, code, now)
+		moved, wasPending, err = st.failPayment(ctx, pay.TenantID, pay.ID, chargeID, code, now)
 		event = EventPaymentFailed
 	}
 	if err != nil {
 		return Payment{}, err
 	}
 	if !wasPending {
-		return st.payment(ctx, pay.ID) // finished by somebody else first
+		return st.payment(ctx, pay.TenantID, pay.ID) // finished by somebody else first
 	}
 	if moved.Status == StatusSucceeded {
-		if _, err := s.orders.Advance(ctx, tx, moved.OrderID, orders.StatusPaid); err != nil {
+		if _, err := s.orders.Advance(ctx, tx, moved.TenantID, moved.OrderID, orders.StatusPaid); err != nil {
 			return Payment{}, err
 		}
 	}

@@ -81,7 +81,7 @@ func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Att
 		return a.Refuse(ctx, tx, problem.New(problem.PaymentNotRefundable,
 			"Payment %s is %s; only succeeded payments can be refunded.", pay.ID, pay.Status), nil)
 	}
-	reserved, err := st.reserveRefund(ctx, pay.ID, a.Data.amount, s.nowUTC())
+	reserved, err := st.reserveRefund(ctx, pay.TenantID, pay.ID, a.Data.amount, s.nowUTC())
 	if err != nil {
 		return operation.Outcome{}, err
 	}
@@ -122,7 +122,7 @@ func (s *Service) refundAtProvider(ctx context.Context, a *operation.Attempt[ref
 	if ref.Status != StatusPending {
 		return nil
 	}
-	pay, err := storeOf(s.pool).payment(ctx, ref.PaymentID)
+	pay, err := storeOf(s.pool).payment(ctx, ref.TenantID, ref.PaymentID)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (s *Service) loadRefundAttempt(ctx context.Context, a *operation.Attempt[re
 	if a.Claim.Resource == nil {
 		return fmt.Errorf("refunds.create %q at %s has no refund recorded", a.Claim.Request().Key, a.Claim.RecoveryPoint)
 	}
-	ref, err := storeOf(s.pool).refund(ctx, a.Claim.Resource.ID)
+	ref, err := storeOf(s.pool).refund(ctx, a.Claim.Request().TenantID, a.Claim.Resource.ID)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func (s *Service) recordRefund(ctx context.Context, tx pgx.Tx, a *operation.Atte
 	if err := s.loadRefundAttempt(ctx, a); err != nil {
 		return operation.Outcome{}, err
 	}
-	final, err := storeOf(tx).refund(ctx, a.Data.ref.ID)
+	final, err := storeOf(tx).refund(ctx, a.Data.ref.TenantID, a.Data.ref.ID)
 	if err != nil {
 		return operation.Outcome{}, err
 	}
@@ -205,7 +205,7 @@ func (s *Service) recordRefund(ctx context.Context, tx pgx.Tx, a *operation.Atte
 // and refund.succeeded is emitted. Shared with the webhook worker.
 func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr ProviderRefund) (Refund, error) {
 	st := storeOf(tx)
-	pay, err := st.payment(ctx, ref.PaymentID)
+	pay, err := st.payment(ctx, ref.TenantID, ref.PaymentID)
 	if err != nil {
 		return Refund{}, fmt.Errorf("payment of refund %s: %w", ref.ID, err)
 	}
@@ -213,14 +213,14 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 		return Refund{}, err
 	}
 	now := s.nowUTC()
-	moved, wasPending, err := st.succeedRefund(ctx, ref.ID, pr.ID, now)
+	moved, wasPending, err := st.succeedRefund(ctx, ref.TenantID, ref.ID, pr.ID, now)
 	if err != nil {
 		return Refund{}, err
 	}
 	if !wasPending {
-		return st.refund(ctx, ref.ID)
+		return st.refund(ctx, ref.TenantID, ref.ID)
 	}
-	pay, err = st.addRefunded(ctx, moved.PaymentID, moved.Amount, now)
+	pay, err = st.addRefunded(ctx, moved.TenantID, moved.PaymentID, moved.Amount, now)
 	if err != nil {
 		return Refund{}, err
 	}
@@ -228,7 +228,7 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 	if pay.AmountRefunded == pay.Amount {
 		status = orders.StatusRefunded
 	}
-	if _, err := s.orders.Advance(ctx, tx, pay.OrderID, status); err != nil {
+	if _, err := s.orders.Advance(ctx, tx, pay.TenantID, pay.OrderID, status); err != nil {
 		return Refund{}, err
 	}
 	if _, err := outbox.Append(ctx, tx, outbox.Event{
@@ -252,14 +252,14 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref Refund, code string) (Refund, error) {
 	st := storeOf(tx)
 	now := s.nowUTC()
-	moved, wasPending, err := st.failRefund(ctx, ref.ID, code, now)
+	moved, wasPending, err := st.failRefund(ctx, ref.TenantID, ref.ID, code, now)
 	if err != nil {
 		return Refund{}, err
 	}
 	if !wasPending {
-		return st.refund(ctx, ref.ID)
+		return st.refund(ctx, ref.TenantID, ref.ID)
 	}
-	if err := st.releaseRefund(ctx, moved.PaymentID, moved.Amount, now); err != nil {
+	if err := st.releaseRefund(ctx, moved.TenantID, moved.PaymentID, moved.Amount, now); err != nil {
 		return Refund{}, err
 	}
 	return moved, nil

@@ -73,12 +73,12 @@ func (s *Service) unknownOutcome(ctx context.Context, req idempotency.Request, c
 
 // Get returns one of the tenant's payments (ErrNotFound for none).
 func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (Payment, error) {
-	return storeOf(s.pool).tenantPayment(ctx, tenantID, id)
+	return storeOf(s.pool).payment(ctx, tenantID, id)
 }
 
 // GetRefund returns one of the tenant's refunds (ErrNotFound for none).
 func (s *Service) GetRefund(ctx context.Context, tenantID, id uuid.UUID) (Refund, error) {
-	return storeOf(s.pool).tenantRefund(ctx, tenantID, id)
+	return storeOf(s.pool).refund(ctx, tenantID, id)
 }
 
 func deref[T any](p *T) T {

@@ -533,7 +533,7 @@ func TestRefundStepOutcomes(t *testing.T) {
 		t.Fatal("the payment is not refunded in full by exactly the two accepted refunds")
 	}
 	var order orders.Status
-	if err := b.pool.QueryRow(context.Background(), `SELECT o.status FROM orders o JOIN payments p ON p.order_id = o.id WHERE p.id = $1`, paymentID).Scan((*string)(&order)); err != nil || order != orders.StatusRefunded {
+	if err := b.pool.QueryRow(context.Background(), `SELECT o.status FROM orders o JOIN payments p ON p.tenant_id = o.tenant_id AND p.order_id = o.id WHERE p.id = $1`, paymentID).Scan((*string)(&order)); err != nil || order != orders.StatusRefunded {
 		t.Fatalf("order %q, %v; want refunded", order, err)
 	}
 	declined, err := b.pay(b.order(t, "order-2"), "pay-2", pspsim.PaymentMethodDeclined)

@@ -42,38 +42,22 @@ func notFound(err error, what string) error {
 	return err
 }
 
-// payment and refund read one by id alone: only for ids that come from our
-// own records (a claim's resource, a refund's payment, a provider reference
-// we made), never from a client, whose reads are scoped by tenant
-// (tenantPayment, tenantRefund).
-func (st store) payment(ctx context.Context, id uuid.UUID) (Payment, error) {
-	row, err := st.q.PaymentGetByID(ctx, id)
+// payment and refund read one of the tenant's by id (ErrNotFound for
+// none). Every statement names the tenant, also for ids from our own records
+// (a claim's resource, a refund's payment, a provider reference we made):
+// on Citus that keeps it on the tenant's shard.
+func (st store) payment(ctx context.Context, tenantID, id uuid.UUID) (Payment, error) {
+	row, err := st.q.PaymentGet(ctx, dbsqlc.PaymentGetParams{TenantID: tenantID, ID: id})
 	if err != nil {
 		return Payment{}, notFound(err, "load payment "+id.String())
 	}
 	return paymentFromRow(row), nil
 }
 
-func (st store) refund(ctx context.Context, id uuid.UUID) (Refund, error) {
-	row, err := st.q.RefundGetByID(ctx, id)
-	if err != nil {
-		return Refund{}, notFound(err, "load refund "+id.String())
-	}
-	return refundFromRow(row), nil
-}
-
-func (st store) tenantPayment(ctx context.Context, tenantID, id uuid.UUID) (Payment, error) {
-	row, err := st.q.PaymentGet(ctx, dbsqlc.PaymentGetParams{TenantID: tenantID, ID: id})
-	if err != nil {
-		return Payment{}, notFound(err, "load payment")
-	}
-	return paymentFromRow(row), nil
-}
-
-func (st store) tenantRefund(ctx context.Context, tenantID, id uuid.UUID) (Refund, error) {
+func (st store) refund(ctx context.Context, tenantID, id uuid.UUID) (Refund, error) {
 	row, err := st.q.RefundGet(ctx, dbsqlc.RefundGetParams{TenantID: tenantID, ID: id})
 	if err != nil {
-		return Refund{}, notFound(err, "load refund")
+		return Refund{}, notFound(err, "load refund "+id.String())
 	}
 	return refundFromRow(row), nil
 }
@@ -107,8 +91,8 @@ func (st store) refundByKey(ctx context.Context, tenantID uuid.UUID, key string)
 
 // hasLivePayment reports whether the order has a pending or succeeded
 // payment.
-func (st store) hasLivePayment(ctx context.Context, orderID uuid.UUID) (bool, error) {
-	_, err := st.q.PaymentGetLiveForOrder(ctx, orderID)
+func (st store) hasLivePayment(ctx context.Context, tenantID, orderID uuid.UUID) (bool, error) {
+	_, err := st.q.PaymentGetLiveForOrder(ctx, dbsqlc.PaymentGetLiveForOrderParams{TenantID: tenantID, OrderID: orderID})
 	missing, err := noRow(err, "load live payment")
 	return !missing && err == nil, err
 }
@@ -123,16 +107,16 @@ func (st store) insertPayment(ctx context.Context, p dbsqlc.PaymentInsertParams)
 
 // succeedPayment and failPayment finish a pending payment. moved is false
 // when it was no longer pending (somebody else finished it first).
-func (st store) succeedPayment(ctx context.Context, id uuid.UUID, chargeID *string, now time.Time) (Payment, bool, error) {
-	row, err := st.q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: chargeID, Now: now, ID: id})
+func (st store) succeedPayment(ctx context.Context, tenantID, id uuid.UUID, chargeID *string, now time.Time) (Payment, bool, error) {
+	row, err := st.q.PaymentSucceed(ctx, dbsqlc.PaymentSucceedParams{ProviderChargeID: chargeID, Now: now, TenantID: tenantID, ID: id})
 	if missing, err := noRow(err, "record charge"); missing || err != nil {
 		return Payment{}, false, err
 	}
 	return paymentFromRow(row), true, nil
 }
 
-func (st store) failPayment(ctx context.Context, id uuid.UUID, chargeID *string, code string, now time.Time) (Payment, bool, error) {
-	row, err := st.q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: chargeID, FailureCode: &code, Now: now, ID: id})
+func (st store) failPayment(ctx context.Context, tenantID, id uuid.UUID, chargeID *string, code string, now time.Time) (Payment, bool, error) {
+	row, err := st.q.PaymentFail(ctx, dbsqlc.PaymentFailParams{ProviderChargeID: chargeID, FailureCode: &code, Now: now, TenantID: tenantID, ID: id})
 	if missing, err := noRow(err, "record declined charge"); missing || err != nil {
 		return Payment{}, false, err
 	}
@@ -141,21 +125,21 @@ func (st store) failPayment(ctx context.Context, id uuid.UUID, chargeID *string,
 
 // reserveRefund reserves amount of a succeeded payment in the statement that
 // checks it; ok is false when the payment cannot cover it.
-func (st store) reserveRefund(ctx context.Context, paymentID uuid.UUID, amount int64, now time.Time) (bool, error) {
-	_, err := st.q.PaymentReserveRefund(ctx, dbsqlc.PaymentReserveRefundParams{Amount: amount, Now: now, ID: paymentID})
+func (st store) reserveRefund(ctx context.Context, tenantID, paymentID uuid.UUID, amount int64, now time.Time) (bool, error) {
+	_, err := st.q.PaymentReserveRefund(ctx, dbsqlc.PaymentReserveRefundParams{Amount: amount, Now: now, TenantID: tenantID, ID: paymentID})
 	missing, err := noRow(err, "reserve refund")
 	return !missing && err == nil, err
 }
 
-func (st store) releaseRefund(ctx context.Context, paymentID uuid.UUID, amount int64, now time.Time) error {
-	if err := st.q.PaymentReleaseRefund(ctx, dbsqlc.PaymentReleaseRefundParams{Amount: amount, Now: now, ID: paymentID}); err != nil {
+func (st store) releaseRefund(ctx context.Context, tenantID, paymentID uuid.UUID, amount int64, now time.Time) error {
+	if err := st.q.PaymentReleaseRefund(ctx, dbsqlc.PaymentReleaseRefundParams{Amount: amount, Now: now, TenantID: tenantID, ID: paymentID}); err != nil {
 		return fmt.Errorf("release refund reservation: %w", err)
 	}
 	return nil
 }
 
-func (st store) addRefunded(ctx context.Context, paymentID uuid.UUID, amount int64, now time.Time) (Payment, error) {
-	row, err := st.q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: amount, Now: now, ID: paymentID})
+func (st store) addRefunded(ctx context.Context, tenantID, paymentID uuid.UUID, amount int64, now time.Time) (Payment, error) {
+	row, err := st.q.PaymentAddRefunded(ctx, dbsqlc.PaymentAddRefundedParams{Amount: amount, Now: now, TenantID: tenantID, ID: paymentID})
 	if err != nil {
 		return Payment{}, fmt.Errorf("add refunded amount: %w", err)
 	}
@@ -172,16 +156,16 @@ func (st store) insertRefund(ctx context.Context, p dbsqlc.RefundInsertParams) (
 
 // succeedRefund and failRefund finish a pending refund; moved is false when
 // it was no longer pending.
-func (st store) succeedRefund(ctx context.Context, id uuid.UUID, providerRefundID string, now time.Time) (Refund, bool, error) {
-	row, err := st.q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &providerRefundID, Now: now, ID: id})
+func (st store) succeedRefund(ctx context.Context, tenantID, id uuid.UUID, providerRefundID string, now time.Time) (Refund, bool, error) {
+	row, err := st.q.RefundSucceed(ctx, dbsqlc.RefundSucceedParams{ProviderRefundID: &providerRefundID, Now: now, TenantID: tenantID, ID: id})
 	if missing, err := noRow(err, "record refund"); missing || err != nil {
 		return Refund{}, false, err
 	}
 	return refundFromRow(row), true, nil
 }
 
-func (st store) failRefund(ctx context.Context, id uuid.UUID, code string, now time.Time) (Refund, bool, error) {
-	row, err := st.q.RefundFail(ctx, dbsqlc.RefundFailParams{FailureCode: &code, Now: now, ID: id})
+func (st store) failRefund(ctx context.Context, tenantID, id uuid.UUID, code string, now time.Time) (Refund, bool, error) {
+	row, err := st.q.RefundFail(ctx, dbsqlc.RefundFailParams{FailureCode: &code, Now: now, TenantID: tenantID, ID: id})
 	if missing, err := noRow(err, "record refund failure"); missing || err != nil {
 		return Refund{}, false, err
 	}

@@ -58,6 +58,14 @@ func (mg *Migrator) Down(n int) error {
 	return nil
 }
 
+// To migrates up or down to version.
+func (mg *Migrator) To(version uint) error {
+	if err := mg.m.Migrate(version); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate to %d: %w", version, err)
+	}
+	return nil
+}
+
 // Version returns the applied version and whether a failed migration left the
 // schema dirty. Version 0 means no migration is applied.
 func (mg *Migrator) Version() (version uint, dirty bool, err error) {

@@ -244,7 +244,7 @@ func TestTenantKeysMigrationKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := m.Down(1); err != nil { // to 000008
+	if err := m.To(8); err != nil { // before 000009
 		t.Fatal(err)
 	}
 	ctx := context.Background()

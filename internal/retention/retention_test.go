@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/testdb"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -92,6 +93,7 @@ func TestCheck(t *testing.T) {
 func tables() retention.Tables {
 	idem := idempotency.NewStore(retention.DefaultPolicy().Idempotency, time.Now, idempotency.WithLease(time.Minute))
 	return retention.Tables{
+		Tenants:           tenants.IDs,
 		Idempotency:       idem.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,
 		WebhookReceipts:   webhooks.DeleteExpired,
@@ -278,8 +280,12 @@ func TestSweeperDefaultsAndOptions(t *testing.T) {
 			limits = append(limits, limit)
 			return 0, nil
 		}
+		tdel := func(ctx context.Context, tx pgx.Tx, _ uuid.UUID, cutoff time.Time, limit int) (int64, error) {
+			return del(ctx, tx, cutoff, limit)
+		}
 		s := retention.NewSweeper(pool, retention.Tables{
-			Idempotency: del, PublishedEvents: del, WebhookReceipts: del, ProcessedMessages: del,
+			Tenants:     func(context.Context, *pgxpool.Pool) ([]uuid.UUID, error) { return []uuid.UUID{uuid.New()}, nil },
+			Idempotency: tdel, PublishedEvents: tdel, WebhookReceipts: del, ProcessedMessages: tdel,
 			CountStuck: func(_ context.Context, _ idempotency.DB, cutoff time.Time) (int64, error) {
 				stuckCutoff = cutoff
 				return 0, nil

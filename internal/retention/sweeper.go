@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,22 +21,32 @@ import (
 // LOCKED) rather than wait for them.
 type DeleteFunc func(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error)
 
+// TenantDeleteFunc is a DeleteFunc for a tenant-owned table: it deletes
+// only the tenant's rows. The sweeper visits the tenants one by one, so that
+// on Citus every delete stays on one tenant's shard (a FOR UPDATE across
+// shards is refused there).
+type TenantDeleteFunc func(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error)
+
 // Tables are what the sweeper runs. The sweeper owns no table: each record
 // kind is deleted by the package that owns its table, and the sweeper
 // decides only when (the policy's cutoffs), how much at a time and how fast.
 type Tables struct {
+	// Tenants lists the tenants whose rows the tenant-owned kinds delete
+	// (tenants.IDs).
+	Tenants func(ctx context.Context, db *pgxpool.Pool) ([]uuid.UUID, error)
 	// Idempotency deletes finished idempotency records whose own expiry is
 	// at or before cutoff (idempotency.Store.DeleteExpired).
-	Idempotency DeleteFunc
+	Idempotency TenantDeleteFunc
 	// PublishedEvents deletes outbox events published at or before cutoff
 	// (outbox.DeleteExpired).
-	PublishedEvents DeleteFunc
+	PublishedEvents TenantDeleteFunc
 	// WebhookReceipts deletes processed webhook receipts received at or
-	// before cutoff (webhooks.DeleteExpired).
+	// before cutoff (webhooks.DeleteExpired). Receipts belong to no tenant
+	// (the provider's deliveries; on Citus a table of the coordinator).
 	WebhookReceipts DeleteFunc
 	// ProcessedMessages deletes the consumers' inbox rows of messages
 	// processed at or before cutoff (inbox.DeleteExpired).
-	ProcessedMessages DeleteFunc
+	ProcessedMessages TenantDeleteFunc
 	// CountStuck counts pending idempotency records whose lease ran out
 	// before cutoff (idempotency.Store.CountStuck).
 	CountStuck func(ctx context.Context, db idempotency.DB, cutoff time.Time) (int64, error)
@@ -168,33 +179,35 @@ const (
 func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 	now := s.now().UTC()
 	rep := Report{Deleted: map[string]int64{}}
+	lctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	tenants, err := s.tables.Tenants(lctx, s.pool)
+	cancel()
+	if err != nil {
+		return rep, fmt.Errorf("sweep: %w", err)
+	}
 	kinds := []struct {
 		name   string
 		cutoff time.Time
-		delete DeleteFunc
+		delete TenantDeleteFunc
 	}{
 		// Each idempotency record carries its own expiry, set from the
 		// policy of its operation when it was finished.
 		{TableIdempotency, now, s.tables.Idempotency},
 		{TablePublishedEvents, now.Add(-s.policy.PublishedEvents), s.tables.PublishedEvents},
-		{TableWebhookReceipts, now.Add(-s.policy.WebhookReceipts), s.tables.WebhookReceipts},
 		{TableProcessedMessages, now.Add(-s.policy.ProcessedMessages), s.tables.ProcessedMessages},
 	}
 	for _, k := range kinds {
-		for {
-			started := time.Now()
-			n, err := s.deleteBatch(ctx, k.delete, k.cutoff)
-			if err != nil {
-				return rep, fmt.Errorf("sweep %s: %w", k.name, err)
+		for _, tenant := range tenants {
+			del := func(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
+				return k.delete(ctx, tx, tenant, cutoff, limit)
 			}
-			rep.Deleted[k.name] += n
-			if n < int64(s.batch) {
-				break
-			}
-			if err := s.pace(ctx, time.Since(started)); err != nil {
+			if err := s.sweepKind(ctx, &rep, k.name, del, k.cutoff); err != nil {
 				return rep, err
 			}
 		}
+	}
+	if err := s.sweepKind(ctx, &rep, TableWebhookReceipts, s.tables.WebhookReceipts, now.Add(-s.policy.WebhookReceipts)); err != nil {
+		return rep, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	stuck, err := s.tables.CountStuck(cctx, s.pool, now.Add(-s.stuckAfter))
@@ -209,6 +222,25 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Report, error) {
 			"stuck", stuck, "stuck_after", s.stuckAfter)
 	}
 	return rep, nil
+}
+
+// sweepKind deletes with del, a batch at a time, until a batch finds fewer
+// than a full batch, and counts what it deleted in rep.
+func (s *Sweeper) sweepKind(ctx context.Context, rep *Report, name string, del DeleteFunc, cutoff time.Time) error {
+	for {
+		started := time.Now()
+		n, err := s.deleteBatch(ctx, del, cutoff)
+		if err != nil {
+			return fmt.Errorf("sweep %s: %w", name, err)
+		}
+		rep.Deleted[name] += n
+		if n < int64(s.batch) {
+			return nil
+		}
+		if err := s.pace(ctx, time.Since(started)); err != nil {
+			return err
+		}
+	}
 }
 
 // deleteBatch deletes one batch of expired records with del, in a

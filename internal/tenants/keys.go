@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants/internal/dbsqlc"
@@ -184,4 +185,15 @@ func (s *Service) RotateKey(ctx context.Context, slug string, overlap time.Durat
 		return Key{}, "", nil, err
 	}
 	return k, raw, old, nil
+}
+
+// IDs lists every tenant's id, for the work that visits the tenants one by
+// one (the retention sweeper: on Citus each of its deletes stays on one
+// tenant's shard).
+func IDs(ctx context.Context, db *pgxpool.Pool) ([]uuid.UUID, error) {
+	ids, err := dbsqlc.New(db).TenantListIDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return ids, nil
 }

@@ -245,9 +245,9 @@ func chargeIDOf(payment uuid.UUID) string {
 	return "ch_" + strings.ReplaceAll(payment.String(), "-", "")
 }
 
-// chargeEvent is a provider event about the charge of payment (reference
-// is what goes in its metadata).
-func chargeEvent(t *testing.T, typ, reference string, chargeID string, created int64) []byte {
+// chargeEvent is a provider event about the charge of payment (tenant and
+// reference are what goes in its metadata).
+func chargeEvent(t *testing.T, typ string, tenant uuid.UUID, reference string, chargeID string, created int64) []byte {
 	t.Helper()
 	status := payments.StatusSucceeded
 	var failure any
@@ -258,7 +258,7 @@ func chargeEvent(t *testing.T, typ, reference string, chargeID string, created i
 		"id": "evt_" + uuid.NewString(), "type": typ, "created": created,
 		"data": map[string]any{"object": map[string]any{
 			"id": chargeID, "amount": paymentAmount, "currency": "EUR", "status": status,
-			"failure_code": failure, "amount_refunded": 0, "metadata": map[string]string{"reference": reference},
+			"failure_code": failure, "amount_refunded": 0, "metadata": map[string]string{"tenant_id": tenant.String(), "reference": reference},
 		}},
 	})
 }
@@ -271,11 +271,11 @@ func refundEvent(t *testing.T, f fixture, reference string, created int64) []byt
 		"data": map[string]any{
 			"object": map[string]any{
 				"id": chargeIDOf(f.payment), "amount": paymentAmount, "currency": "EUR", "status": "succeeded",
-				"amount_refunded": paymentAmount, "metadata": map[string]string{"reference": f.payment.String()},
+				"amount_refunded": paymentAmount, "metadata": map[string]string{"tenant_id": f.tenant.String(), "reference": f.payment.String()},
 			},
 			"refund": map[string]any{
 				"id": "re_" + uuid.NewString(), "charge": chargeIDOf(f.payment), "amount": paymentAmount,
-				"status": "succeeded", "metadata": map[string]string{"reference": reference},
+				"status": "succeeded", "metadata": map[string]string{"tenant_id": f.tenant.String(), "reference": reference},
 			},
 		},
 	})
@@ -320,11 +320,11 @@ func (b *bundle) state(t *testing.T, f fixture) state {
 	var s state
 	err := b.pool.QueryRow(context.Background(), `
 		SELECT p.status, o.status,
-		       (SELECT count(*) FROM outbox_events WHERE aggregate_id = p.id AND event_type = 'payment.succeeded'),
-		       (SELECT count(*) FROM outbox_events WHERE aggregate_id = p.id AND event_type = 'payment.failed'),
-		       (SELECT count(*) FROM outbox_events e JOIN refunds r ON r.id = e.aggregate_id
-		         WHERE r.payment_id = p.id AND e.event_type = 'refund.succeeded')
-		FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.id = $1`, f.payment).
+		       (SELECT count(*) FROM outbox_events WHERE tenant_id = $1 AND aggregate_id = p.id AND event_type = 'payment.succeeded'),
+		       (SELECT count(*) FROM outbox_events WHERE tenant_id = $1 AND aggregate_id = p.id AND event_type = 'payment.failed'),
+		       (SELECT count(*) FROM outbox_events e JOIN refunds r ON r.tenant_id = e.tenant_id AND r.id = e.aggregate_id
+		         WHERE e.tenant_id = $1 AND r.payment_id = p.id AND e.event_type = 'refund.succeeded')
+		FROM payments p JOIN orders o ON o.tenant_id = p.tenant_id AND o.id = p.order_id WHERE p.tenant_id = $1 AND p.id = $2`, f.tenant, f.payment).
 		Scan((*string)(&s.payment), &s.order, &s.succeeded, &s.failed, &s.refundsSucceeded)
 	if err != nil {
 		t.Fatalf("load state: %v", err)

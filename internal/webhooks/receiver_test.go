@@ -21,7 +21,7 @@ func TestUnverifiedDeliveriesAreRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.tenant, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	now := b.clock.Now().Unix()
 	without := func(h map[string]string, name string) map[string]string {
 		delete(h, name)
@@ -74,7 +74,7 @@ func TestRotatedSecret(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.tenant, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	now := b.clock.Now().Unix()
 
 	wantReceived(t, b.post(t, signedHeaders("msg_old", now, body, b.old), body), false)
@@ -141,7 +141,7 @@ func TestDrill5_SameWebhookThreeTimes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.tenant, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 
 	wantReceived(t, b.deliver(t, "msg_drill5", body), false)
 	b.clock.Advance(time.Second) // a retry is stamped anew and signed again
@@ -180,7 +180,7 @@ func TestNewReceiptWakesTheWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.tenant, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	wantReceived(t, b.deliver(t, "msg_wake", body), false)
 	if n := b.notified.Load(); n != 1 {
 		t.Fatalf("wake-ups after a new receipt = %d, want 1", n)
@@ -199,7 +199,7 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.payment(t, payments.StatusPending)
-	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
+	body := chargeEvent(t, webhooks.EventChargeSucceeded, f.tenant, f.payment.String(), chargeIDOf(f.payment), b.clock.Now().Unix())
 	const copies = 8
 	header := signedHeaders("msg_concurrent", b.clock.Now().Unix(), body, b.current)
 	answers := make([]testkit.Response, copies)

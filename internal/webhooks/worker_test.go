@@ -39,11 +39,11 @@ func TestPendingPaymentCompletedByWebhook(t *testing.T) {
 			return b.count(t, `SELECT count(*) FROM webhook_receipts WHERE delivery_id = $1 AND processed_at IS NOT NULL`, id) == 1
 		}
 	}
-	wantReceived(t, b.deliver(t, "msg_paid", chargeEvent(t, webhooks.EventChargeSucceeded, paid.payment.String(), chargeIDOf(paid.payment), b.clock.Now().Unix())), false)
+	wantReceived(t, b.deliver(t, "msg_paid", chargeEvent(t, webhooks.EventChargeSucceeded, paid.tenant, paid.payment.String(), chargeIDOf(paid.payment), b.clock.Now().Unix())), false)
 	testkit.WaitFor(t, 20*time.Second, "the worker to process msg_paid", processed("msg_paid"))
 	// Run's first round is over now: only the receiver's signal can start
 	// the round that applies the next delivery.
-	wantReceived(t, b.deliver(t, "msg_declined", chargeEvent(t, webhooks.EventChargeFailed, declined.payment.String(), chargeIDOf(declined.payment), b.clock.Now().Unix())), false)
+	wantReceived(t, b.deliver(t, "msg_declined", chargeEvent(t, webhooks.EventChargeFailed, declined.tenant, declined.payment.String(), chargeIDOf(declined.payment), b.clock.Now().Unix())), false)
 	testkit.WaitFor(t, 20*time.Second, "the worker to process msg_declined", processed("msg_declined"))
 	if got, want := b.state(t, paid), (state{payment: payments.StatusSucceeded, order: "paid", succeeded: 1}); got != want {
 		t.Fatalf("paid: state = %+v, want %+v", got, want)
@@ -65,21 +65,21 @@ func TestLateEventsOnlyMoveForward(t *testing.T) {
 
 	// charge.failed after charge.succeeded changes nothing.
 	succeeded := b.payment(t, payments.StatusPending)
-	wantReceived(t, b.deliver(t, "msg_s1", chargeEvent(t, webhooks.EventChargeSucceeded, succeeded.payment.String(), chargeIDOf(succeeded.payment), now)), false)
+	wantReceived(t, b.deliver(t, "msg_s1", chargeEvent(t, webhooks.EventChargeSucceeded, succeeded.tenant, succeeded.payment.String(), chargeIDOf(succeeded.payment), now)), false)
 	if n := b.processOnce(t, 10); n != 1 {
 		t.Fatalf("ProcessOnce = %d, want 1", n)
 	}
-	wantReceived(t, b.deliver(t, "msg_s2", chargeEvent(t, webhooks.EventChargeFailed, succeeded.payment.String(), "ch_other", now+1)), false)
+	wantReceived(t, b.deliver(t, "msg_s2", chargeEvent(t, webhooks.EventChargeFailed, succeeded.tenant, succeeded.payment.String(), "ch_other", now+1)), false)
 
 	// charge.succeeded after charge.failed changes nothing either, but it
 	// says money moved where we recorded that none did: a mismatch, noted
 	// on the receipt for an operator.
 	failed := b.payment(t, payments.StatusPending)
-	wantReceived(t, b.deliver(t, "msg_f1", chargeEvent(t, webhooks.EventChargeFailed, failed.payment.String(), chargeIDOf(failed.payment), now)), false)
+	wantReceived(t, b.deliver(t, "msg_f1", chargeEvent(t, webhooks.EventChargeFailed, failed.tenant, failed.payment.String(), chargeIDOf(failed.payment), now)), false)
 	if n := b.processOnce(t, 10); n != 2 { // msg_s2, msg_f1
 		t.Fatalf("ProcessOnce = %d, want 2", n)
 	}
-	wantReceived(t, b.deliver(t, "msg_f2", chargeEvent(t, webhooks.EventChargeSucceeded, failed.payment.String(), chargeIDOf(failed.payment), now+1)), false)
+	wantReceived(t, b.deliver(t, "msg_f2", chargeEvent(t, webhooks.EventChargeSucceeded, failed.tenant, failed.payment.String(), chargeIDOf(failed.payment), now+1)), false)
 
 	// charge.refunded arrives before a late copy of charge.succeeded (another
 	// delivery id, as after a provider-side resend), and is delivered twice
@@ -90,7 +90,7 @@ func TestLateEventsOnlyMoveForward(t *testing.T) {
 	refundBody := refundEvent(t, refunded, refund.String(), now+2)
 	wantReceived(t, b.deliver(t, "msg_r1", refundBody), false)
 	wantReceived(t, b.deliver(t, "msg_r2", refundBody), false)
-	wantReceived(t, b.deliver(t, "msg_r3", chargeEvent(t, webhooks.EventChargeSucceeded, refunded.payment.String(), chargeIDOf(refunded.payment), now)), false)
+	wantReceived(t, b.deliver(t, "msg_r3", chargeEvent(t, webhooks.EventChargeSucceeded, refunded.tenant, refunded.payment.String(), chargeIDOf(refunded.payment), now)), false)
 
 	if n := b.processOnce(t, 10); n != 4 { // msg_f2, msg_r1, msg_r2, msg_r3
 		t.Fatalf("ProcessOnce = %d, want 4", n)
@@ -133,8 +133,8 @@ func TestUnknownReferenceIsNotRetried(t *testing.T) {
 	other := b.payment(t, payments.StatusSucceeded)
 	now := b.clock.Now().Unix()
 	for id, body := range map[string][]byte{
-		"msg_unknown_payment": chargeEvent(t, webhooks.EventChargeSucceeded, uuid.NewString(), "ch_x1", now),
-		"msg_not_a_uuid":      chargeEvent(t, webhooks.EventChargeFailed, "order-1234", "ch_x2", now),
+		"msg_unknown_payment": chargeEvent(t, webhooks.EventChargeSucceeded, uuid.New(), uuid.NewString(), "ch_x1", now),
+		"msg_not_a_uuid":      chargeEvent(t, webhooks.EventChargeFailed, uuid.New(), "order-1234", "ch_x2", now),
 		"msg_no_metadata":     []byte(`{"id":"evt_x","type":"charge.succeeded","created":1,"data":{"object":{"id":"ch_x3","status":"succeeded"}}}`),
 		"msg_unknown_refund":  refundEvent(t, other, uuid.NewString(), now),
 	} {
@@ -172,7 +172,7 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 	declined := b.payment(t, payments.StatusSucceeded)
 	failedRefund := b.pendingRefund(t, declined, false)
 	b.exec(t, `UPDATE refunds SET status = 'failed' WHERE id = $1`, failedRefund)
-	charge := chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), chargeIDOf(pay.payment), now)
+	charge := chargeEvent(t, webhooks.EventChargeSucceeded, pay.tenant, pay.payment.String(), chargeIDOf(pay.payment), now)
 	for id, body := range map[string][]byte{
 		"msg_amount":        withMember(t, charge, []string{"data", "object", "amount"}, paymentAmount+1),
 		"msg_currency":      withMember(t, charge, []string{"data", "object", "currency"}, "USD"),
@@ -251,7 +251,7 @@ func TestMismatchedEventIsNotApplied(t *testing.T) {
 
 	// A second succeeded charge for the paid payment: charged twice at the
 	// provider. Nothing moves, but it is a mismatch, for an operator.
-	wantReceived(t, b.deliver(t, "msg_second_charge", chargeEvent(t, webhooks.EventChargeSucceeded, pay.payment.String(), "ch_second", now+1)), false)
+	wantReceived(t, b.deliver(t, "msg_second_charge", chargeEvent(t, webhooks.EventChargeSucceeded, pay.tenant, pay.payment.String(), "ch_second", now+1)), false)
 	if n := b.processOnce(t, 10); n != 1 {
 		t.Fatalf("ProcessOnce = %d, want 1", n)
 	}
@@ -313,7 +313,7 @@ func TestFailedApplicationIsRetried(t *testing.T) {
 	refund := b.pendingRefund(t, broken, false)
 	fine := b.payment(t, payments.StatusPending)
 	wantReceived(t, b.deliver(t, "msg_broken", refundEvent(t, broken, refund.String(), now)), false)
-	wantReceived(t, b.deliver(t, "msg_fine", chargeEvent(t, webhooks.EventChargeSucceeded, fine.payment.String(), chargeIDOf(fine.payment), now)), false)
+	wantReceived(t, b.deliver(t, "msg_fine", chargeEvent(t, webhooks.EventChargeSucceeded, fine.tenant, fine.payment.String(), chargeIDOf(fine.payment), now)), false)
 
 	if n := b.processOnce(t, 10); n != 1 {
 		t.Fatalf("ProcessOnce = %d, want 1 (the fine receipt)", n)
@@ -378,7 +378,7 @@ func TestConcurrentWorkers(t *testing.T) {
 		// Two deliveries per payment (the provider resent the event under a
 		// new id), so the workers also race on the same payment.
 		for copy := range 2 {
-			body := chargeEvent(t, webhooks.EventChargeSucceeded, fixtures[i].payment.String(), chargeIDOf(fixtures[i].payment), now)
+			body := chargeEvent(t, webhooks.EventChargeSucceeded, fixtures[i].tenant, fixtures[i].payment.String(), chargeIDOf(fixtures[i].payment), now)
 			wantReceived(t, b.deliver(t, fmt.Sprintf("msg_%d_%d", i, copy), body), false)
 		}
 	}

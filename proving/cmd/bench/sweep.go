@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -126,6 +127,7 @@ func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption)
 	policy := retention.DefaultPolicy()
 	idem := idempotency.NewStore(policy.Idempotency, time.Now, idempotency.WithLease(time.Minute))
 	sw := retention.NewSweeper(s.pool, retention.Tables{
+		Tenants:           tenants.IDs,
 		Idempotency:       idem.DeleteExpired,
 		PublishedEvents:   outbox.DeleteExpired,
 		WebhookReceipts:   webhooks.DeleteExpired,

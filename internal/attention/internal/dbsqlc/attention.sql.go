@@ -48,6 +48,8 @@ const attentionGet = `-- name: AttentionGet :one
 SELECT id, reason, detail, tenant_id, operation, idempotency_key, delivery_id, resource_type, resource_id, raised_at, resolved_at, resolution, note FROM attention_items WHERE id = $1
 `
 
+// AttentionGet finds an item by its id alone, for an operator who names
+// it: on Citus a read of every shard, without a lock.
 func (q *Queries) AttentionGet(ctx context.Context, id uuid.UUID) (AttentionItem, error) {
 	row := q.db.QueryRow(ctx, attentionGet, id)
 	var i AttentionItem
@@ -70,11 +72,16 @@ func (q *Queries) AttentionGet(ctx context.Context, id uuid.UUID) (AttentionItem
 }
 
 const attentionGetByDelivery = `-- name: AttentionGetByDelivery :one
-SELECT id, reason, detail, tenant_id, operation, idempotency_key, delivery_id, resource_type, resource_id, raised_at, resolved_at, resolution, note FROM attention_items WHERE delivery_id = $1::text
+SELECT id, reason, detail, tenant_id, operation, idempotency_key, delivery_id, resource_type, resource_id, raised_at, resolved_at, resolution, note FROM attention_items WHERE tenant_id = $1 AND delivery_id = $2::text
 `
 
-func (q *Queries) AttentionGetByDelivery(ctx context.Context, deliveryID string) (AttentionItem, error) {
-	row := q.db.QueryRow(ctx, attentionGetByDelivery, deliveryID)
+type AttentionGetByDeliveryParams struct {
+	TenantID   uuid.UUID
+	DeliveryID string
+}
+
+func (q *Queries) AttentionGetByDelivery(ctx context.Context, arg AttentionGetByDeliveryParams) (AttentionItem, error) {
+	row := q.db.QueryRow(ctx, attentionGetByDelivery, arg.TenantID, arg.DeliveryID)
 	var i AttentionItem
 	err := row.Scan(
 		&i.ID,
@@ -322,7 +329,7 @@ func (q *Queries) AttentionListResolved(ctx context.Context, maxRows int32) ([]A
 const attentionResolve = `-- name: AttentionResolve :one
 UPDATE attention_items
 SET resolved_at = $1::timestamptz, resolution = $2::text, note = $3::text
-WHERE id = $4 AND resolved_at IS NULL
+WHERE tenant_id = $4 AND id = $5 AND resolved_at IS NULL
 RETURNING id, reason, detail, tenant_id, operation, idempotency_key, delivery_id, resource_type, resource_id, raised_at, resolved_at, resolution, note
 `
 
@@ -330,6 +337,7 @@ type AttentionResolveParams struct {
 	ResolvedAt time.Time
 	Resolution string
 	Note       string
+	TenantID   uuid.UUID
 	ID         uuid.UUID
 }
 
@@ -340,6 +348,7 @@ func (q *Queries) AttentionResolve(ctx context.Context, arg AttentionResolvePara
 		arg.ResolvedAt,
 		arg.Resolution,
 		arg.Note,
+		arg.TenantID,
 		arg.ID,
 	)
 	var i AttentionItem

@@ -52,26 +52,27 @@ func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg IdempotencyChec
 const idempotencyClaimExpired = `-- name: IdempotencyClaimExpired :many
 WITH expired AS (
     SELECT tenant_id, operation, idempotency_key FROM api_idempotency
-    WHERE state = 'pending' AND operation = ANY($3::text[]) AND locked_until < $2
+    WHERE tenant_id = $3 AND state = 'pending' AND operation = ANY($4::text[]) AND locked_until < $2
       AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= $2)
     ORDER BY locked_until
-    LIMIT $4
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
 UPDATE api_idempotency a SET locked_until = $1, updated_at = $2, recoveries = a.recoveries + 1
 FROM expired e
-WHERE a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
+WHERE a.tenant_id = $3 AND a.tenant_id = e.tenant_id AND a.operation = e.operation AND a.idempotency_key = e.idempotency_key
 RETURNING a.tenant_id, a.operation, a.idempotency_key, a.request_hash, a.state, a.recovery_point, a.locked_until, a.request_id, a.status_code, a.response_headers, a.response_body, a.resource_type, a.resource_id, a.created_at, a.updated_at, a.expires_at, a.held_at, a.recoveries, a.next_recovery_at, a.trace_context
 `
 
 type IdempotencyClaimExpiredParams struct {
 	LockedUntil *time.Time
 	Now         time.Time
+	TenantID    uuid.UUID
 	Operations  []string
 	MaxRows     int32
 }
 
-// IdempotencyClaimExpired takes over pending records of the given operations
+// IdempotencyClaimExpired takes over one tenant's pending records of the given operations
 // whose lease ran out (abandoned attempts), for the recoverer. SKIP LOCKED
 // lets several recoverers run at once without waiting on each other; the
 // renewed lease keeps the others away after commit. A held record (no lease)
@@ -82,6 +83,7 @@ func (q *Queries) IdempotencyClaimExpired(ctx context.Context, arg IdempotencyCl
 	rows, err := q.db.Query(ctx, idempotencyClaimExpired,
 		arg.LockedUntil,
 		arg.Now,
+		arg.TenantID,
 		arg.Operations,
 		arg.MaxRows,
 	)
@@ -138,33 +140,79 @@ func (q *Queries) IdempotencyCountStuck(ctx context.Context, cutoff time.Time) (
 }
 
 const idempotencyDeleteExpired = `-- name: IdempotencyDeleteExpired :execrows
-DELETE FROM api_idempotency a
-USING (
+WITH d AS (
     SELECT r.tenant_id, r.operation, r.idempotency_key FROM api_idempotency r
-    WHERE r.state <> 'pending' AND r.expires_at <= $1::timestamptz
+    WHERE r.tenant_id = $1::uuid AND r.state <> 'pending' AND r.expires_at <= $2::timestamptz
     ORDER BY r.expires_at
-    LIMIT $2
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
-) d
-WHERE a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key
+)
+DELETE FROM api_idempotency a
+USING d
+WHERE a.tenant_id = $1::uuid AND a.tenant_id = d.tenant_id AND a.operation = d.operation AND a.idempotency_key = d.idempotency_key
 `
 
 type IdempotencyDeleteExpiredParams struct {
-	Cutoff  time.Time
-	MaxRows int32
+	TenantID uuid.UUID
+	Cutoff   time.Time
+	MaxRows  int32
 }
 
-// IdempotencyDeleteExpired deletes up to max_rows finished idempotency
-// records that expired at or before cutoff, oldest first. Pending records
+// IdempotencyDeleteExpired deletes up to max_rows of one tenant's finished
+// idempotency records that expired at or before cutoff, oldest first. Pending records
 // (an operation still unsettled) are never candidates. SKIP LOCKED: a record
 // a request is reading for update is left for the next round, and two
 // sweepers never wait on each other.
+//
+// The batch is a CTE, computed once. As a subquery in USING the planner may
+// put it inside a nested loop and run it again for every row it joins, and
+// each run, skipping the rows this statement has deleted already, locks
+// another batch: the LIMIT would bound nothing.
 func (q *Queries) IdempotencyDeleteExpired(ctx context.Context, arg IdempotencyDeleteExpiredParams) (int64, error) {
-	result, err := q.db.Exec(ctx, idempotencyDeleteExpired, arg.Cutoff, arg.MaxRows)
+	result, err := q.db.Exec(ctx, idempotencyDeleteExpired, arg.TenantID, arg.Cutoff, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const idempotencyExpiredTenants = `-- name: IdempotencyExpiredTenants :many
+SELECT tenant_id FROM api_idempotency
+WHERE state = 'pending' AND operation = ANY($1::text[]) AND locked_until < $2::timestamptz
+  AND held_at IS NULL AND (next_recovery_at IS NULL OR next_recovery_at <= $2::timestamptz)
+GROUP BY tenant_id
+ORDER BY min(locked_until)
+LIMIT $3
+`
+
+type IdempotencyExpiredTenantsParams struct {
+	Operations []string
+	Now        time.Time
+	MaxRows    int32
+}
+
+// IdempotencyExpiredTenants lists up to max_rows tenants with pending
+// records of the given operations that the recoverer may take over, the
+// tenant of the longest expired first. It takes no lock: on Citus it is the
+// one statement of the recoverer that reads every shard.
+func (q *Queries) IdempotencyExpiredTenants(ctx context.Context, arg IdempotencyExpiredTenantsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, idempotencyExpiredTenants, arg.Operations, arg.Now, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var tenant_id uuid.UUID
+		if err := rows.Scan(&tenant_id); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const idempotencyFinish = `-- name: IdempotencyFinish :execrows

@@ -36,27 +36,30 @@ func (q *Queries) InboxClaim(ctx context.Context, arg InboxClaimParams) (int64, 
 }
 
 const inboxDeleteProcessed = `-- name: InboxDeleteProcessed :execrows
-DELETE FROM processed_messages m
-USING (
+WITH d AS (
     SELECT r.tenant_id, r.message_id, r.subscriber FROM processed_messages r
-    WHERE r.processed_at <= $1::timestamptz
+    WHERE r.tenant_id = $1::uuid AND r.processed_at <= $2::timestamptz
     ORDER BY r.processed_at
-    LIMIT $2
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
-) d
-WHERE m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber
+)
+DELETE FROM processed_messages m
+USING d
+WHERE m.tenant_id = $1::uuid AND m.tenant_id = d.tenant_id AND m.message_id = d.message_id AND m.subscriber = d.subscriber
 `
 
 type InboxDeleteProcessedParams struct {
-	Cutoff  time.Time
-	MaxRows int32
+	TenantID uuid.UUID
+	Cutoff   time.Time
+	MaxRows  int32
 }
 
-// InboxDeleteProcessed deletes inbox rows of messages processed
+// InboxDeleteProcessed deletes one tenant's inbox rows of messages processed
 // at or before cutoff. The policy keeps them at least as long as the broker
 // may redeliver and an operator may replay the message.
+// The batch is a CTE, computed once (see IdempotencyDeleteExpired).
 func (q *Queries) InboxDeleteProcessed(ctx context.Context, arg InboxDeleteProcessedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, inboxDeleteProcessed, arg.Cutoff, arg.MaxRows)
+	result, err := q.db.Exec(ctx, inboxDeleteProcessed, arg.TenantID, arg.Cutoff, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}

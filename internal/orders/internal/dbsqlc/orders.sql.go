@@ -14,12 +14,13 @@ import (
 
 const orderAdvanceStatus = `-- name: OrderAdvanceStatus :execrows
 UPDATE orders SET status = $1, updated_at = $2
-WHERE id = $3 AND status = ANY($4::text[])
+WHERE tenant_id = $3 AND id = $4 AND status = ANY($5::text[])
 `
 
 type OrderAdvanceStatusParams struct {
 	Status       string
 	Now          time.Time
+	TenantID     uuid.UUID
 	ID           uuid.UUID
 	FromStatuses []string
 }
@@ -32,6 +33,7 @@ func (q *Queries) OrderAdvanceStatus(ctx context.Context, arg OrderAdvanceStatus
 	result, err := q.db.Exec(ctx, orderAdvanceStatus,
 		arg.Status,
 		arg.Now,
+		arg.TenantID,
 		arg.ID,
 		arg.FromStatuses,
 	)
@@ -328,10 +330,10 @@ func (q *Queries) OrderListNewest(ctx context.Context, arg OrderListNewestParams
 
 const orderLockStock = `-- name: OrderLockStock :many
 SELECT i.sku, i.name, i.quantity, p.stock,
-       (SELECT count(*) FROM order_items c WHERE c.tenant_id = i.tenant_id AND c.order_id = i.order_id)::int AS order_lines
+       (SELECT count(*) FROM order_items c WHERE c.tenant_id = $1 AND c.order_id = $2)::int AS order_lines
 FROM order_items i
 JOIN products p ON p.tenant_id = i.tenant_id AND p.sku = i.sku
-WHERE i.tenant_id = $1 AND i.order_id = $2
+WHERE i.tenant_id = $1 AND p.tenant_id = $1 AND i.order_id = $2
 ORDER BY i.sku
 FOR UPDATE OF p
 `
@@ -384,7 +386,7 @@ const orderTakeStock = `-- name: OrderTakeStock :execrows
 UPDATE products p
 SET stock = p.stock - i.quantity
 FROM order_items i
-WHERE i.tenant_id = $1 AND i.order_id = $2 AND p.tenant_id = i.tenant_id AND p.sku = i.sku AND p.stock >= i.quantity
+WHERE i.tenant_id = $1 AND i.order_id = $2 AND p.tenant_id = $1 AND p.sku = i.sku AND p.stock >= i.quantity
 `
 
 type OrderTakeStockParams struct {

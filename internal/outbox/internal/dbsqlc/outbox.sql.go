@@ -15,29 +15,32 @@ import (
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 WITH due AS (
     SELECT id FROM outbox_events
-    WHERE published_at IS NULL AND stuck_at IS NULL
-      AND (next_attempt_at IS NULL OR next_attempt_at <= $3::timestamptz)
-      AND (locked_until IS NULL OR locked_until <= $3::timestamptz)
+    WHERE tenant_id = $3::uuid AND published_at IS NULL AND stuck_at IS NULL
+      AND (next_attempt_at IS NULL OR next_attempt_at <= $4::timestamptz)
+      AND (locked_until IS NULL OR locked_until <= $4::timestamptz)
     ORDER BY seq
-    LIMIT $4
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox_events e
 SET locked_until = $1::timestamptz, locked_by = $2::uuid
 FROM due
-WHERE e.id = due.id
+WHERE e.tenant_id = $3::uuid AND e.id = due.id
 RETURNING e.id, e.seq, e.tenant_id, e.event_type, e.aggregate_type, e.aggregate_id, e.idempotency_key, e.payload, e.occurred_at, e.published_at, e.attempts, e.last_error, e.locked_until, e.locked_by, e.next_attempt_at, e.stuck_at, e.trace_context
 `
 
 type OutboxClaimBatchParams struct {
 	LeaseUntil time.Time
 	Token      uuid.UUID
+	TenantID   uuid.UUID
 	Now        time.Time
 	MaxRows    int32
 }
 
-// OutboxClaimBatch leases up to max_rows due, unpublished rows to the
-// dispatcher holding token, oldest first. FOR UPDATE SKIP LOCKED lets
+// OutboxClaimBatch leases up to max_rows of one tenant's due, unpublished
+// rows to the dispatcher holding token, oldest first. One tenant at a time:
+// on Citus the statement stays on the tenant's shard (a FOR UPDATE across
+// shards is refused there). FOR UPDATE SKIP LOCKED lets
 // concurrent dispatchers claim disjoint batches without waiting; the lease
 // (locked_until) keeps the rows theirs after this statement commits, while
 // they publish. A lease that ran out (its dispatcher died) is claimable again.
@@ -49,6 +52,7 @@ func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchPara
 	rows, err := q.db.Query(ctx, outboxClaimBatch,
 		arg.LeaseUntil,
 		arg.Token,
+		arg.TenantID,
 		arg.Now,
 		arg.MaxRows,
 	)
@@ -89,30 +93,70 @@ func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchPara
 }
 
 const outboxDeletePublished = `-- name: OutboxDeletePublished :execrows
-DELETE FROM outbox_events o
-USING (
+WITH d AS (
     SELECT r.id FROM outbox_events r
-    WHERE r.published_at IS NOT NULL AND r.published_at <= $1::timestamptz
+    WHERE r.tenant_id = $1::uuid AND r.published_at IS NOT NULL AND r.published_at <= $2::timestamptz
     ORDER BY r.published_at
-    LIMIT $2
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
-) d
-WHERE o.id = d.id
+)
+DELETE FROM outbox_events o
+USING d
+WHERE o.tenant_id = $1::uuid AND o.id = d.id
 `
 
 type OutboxDeletePublishedParams struct {
-	Cutoff  time.Time
-	MaxRows int32
+	TenantID uuid.UUID
+	Cutoff   time.Time
+	MaxRows  int32
 }
 
-// OutboxDeletePublished deletes published outbox rows published at
-// or before cutoff. Unpublished rows are never candidates.
+// OutboxDeletePublished deletes one tenant's published outbox rows
+// published at or before cutoff. Unpublished rows are never candidates.
+// The batch is a CTE, computed once (see IdempotencyDeleteExpired).
 func (q *Queries) OutboxDeletePublished(ctx context.Context, arg OutboxDeletePublishedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeletePublished, arg.Cutoff, arg.MaxRows)
+	result, err := q.db.Exec(ctx, outboxDeletePublished, arg.TenantID, arg.Cutoff, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxDueTenants = `-- name: OutboxDueTenants :many
+SELECT DISTINCT tenant_id FROM outbox_events
+WHERE published_at IS NULL AND stuck_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= $1::timestamptz)
+  AND (locked_until IS NULL OR locked_until <= $1::timestamptz)
+LIMIT $2
+`
+
+type OutboxDueTenantsParams struct {
+	Now     time.Time
+	MaxRows int32
+}
+
+// OutboxDueTenants lists up to max_rows tenants that have due, unpublished
+// events, for the dispatcher to claim them tenant by tenant. It takes no
+// lock: on Citus it is the one statement of the dispatcher that reads every
+// shard.
+func (q *Queries) OutboxDueTenants(ctx context.Context, arg OutboxDueTenantsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, outboxDueTenants, arg.Now, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var tenant_id uuid.UUID
+		if err := rows.Scan(&tenant_id); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxExists = `-- name: OutboxExists :one
@@ -136,6 +180,8 @@ const outboxGet = `-- name: OutboxGet :one
 SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context FROM outbox_events WHERE id = $1
 `
 
+// OutboxGet finds an event by its id alone, for an operator who names it:
+// on Citus a read of every shard, without a lock.
 func (q *Queries) OutboxGet(ctx context.Context, id uuid.UUID) (OutboxEvent, error) {
 	row := q.db.QueryRow(ctx, outboxGet, id)
 	var i OutboxEvent
@@ -302,11 +348,12 @@ const outboxMarkPublished = `-- name: OutboxMarkPublished :execrows
 UPDATE outbox_events
 SET published_at = $1::timestamptz, attempts = attempts + 1,
     locked_until = NULL, locked_by = NULL, next_attempt_at = NULL
-WHERE id = ANY($2::uuid[]) AND published_at IS NULL
+WHERE tenant_id = $2::uuid AND id = ANY($3::uuid[]) AND published_at IS NULL
 `
 
 type OutboxMarkPublishedParams struct {
 	PublishedAt time.Time
+	TenantID    uuid.UUID
 	Ids         []uuid.UUID
 }
 
@@ -314,7 +361,7 @@ type OutboxMarkPublishedParams struct {
 // does not check the lease: an acknowledged publish is a fact whoever holds
 // the row now.
 func (q *Queries) OutboxMarkPublished(ctx context.Context, arg OutboxMarkPublishedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkPublished, arg.PublishedAt, arg.Ids)
+	result, err := q.db.Exec(ctx, outboxMarkPublished, arg.PublishedAt, arg.TenantID, arg.Ids)
 	if err != nil {
 		return 0, err
 	}
@@ -338,14 +385,15 @@ SET attempts = e.attempts + 1,
     next_attempt_at = CASE WHEN NOT f.stuck THEN f.next_attempt_at END,
     stuck_at = CASE WHEN f.stuck THEN $1::timestamptz END,
     locked_until = NULL, locked_by = NULL
-FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::text[]) AS last_error,
-             unnest($5::timestamptz[]) AS next_attempt_at, unnest($6::bool[]) AS stuck) AS f
-WHERE e.id = f.id AND e.locked_by = $2::uuid AND e.published_at IS NULL
+FROM (SELECT unnest($4::uuid[]) AS id, unnest($5::text[]) AS last_error,
+             unnest($6::timestamptz[]) AS next_attempt_at, unnest($7::bool[]) AS stuck) AS f
+WHERE e.tenant_id = $2::uuid AND e.id = f.id AND e.locked_by = $3::uuid AND e.published_at IS NULL
 RETURNING e.id, e.tenant_id, e.event_type, e.attempts, e.stuck_at
 `
 
 type OutboxRecordFailuresParams struct {
 	Now            time.Time
+	TenantID       uuid.UUID
 	Token          uuid.UUID
 	Ids            []uuid.UUID
 	LastErrors     []string
@@ -367,6 +415,7 @@ type OutboxRecordFailuresRow struct {
 func (q *Queries) OutboxRecordFailures(ctx context.Context, arg OutboxRecordFailuresParams) ([]OutboxRecordFailuresRow, error) {
 	rows, err := q.db.Query(ctx, outboxRecordFailures,
 		arg.Now,
+		arg.TenantID,
 		arg.Token,
 		arg.Ids,
 		arg.LastErrors,
@@ -400,15 +449,20 @@ func (q *Queries) OutboxRecordFailures(ctx context.Context, arg OutboxRecordFail
 const outboxRetry = `-- name: OutboxRetry :one
 UPDATE outbox_events
 SET stuck_at = NULL, attempts = 0, next_attempt_at = NULL
-WHERE id = $1 AND published_at IS NULL
+WHERE tenant_id = $1 AND id = $2 AND published_at IS NULL
 RETURNING id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context
 `
+
+type OutboxRetryParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
 
 // OutboxRetry makes an unpublished event due at once with a fresh count of
 // attempts: the operator's answer to a stuck event. A row leased right now
 // keeps its lease. It returns no row for a published or unknown event.
-func (q *Queries) OutboxRetry(ctx context.Context, id uuid.UUID) (OutboxEvent, error) {
-	row := q.db.QueryRow(ctx, outboxRetry, id)
+func (q *Queries) OutboxRetry(ctx context.Context, arg OutboxRetryParams) (OutboxEvent, error) {
+	row := q.db.QueryRow(ctx, outboxRetry, arg.TenantID, arg.ID)
 	var i OutboxEvent
 	err := row.Scan(
 		&i.ID,

@@ -13,18 +13,24 @@ import (
 )
 
 const paymentAddRefunded = `-- name: PaymentAddRefunded :one
-UPDATE payments SET amount_refunded = amount_refunded + $1, updated_at = $2 WHERE id = $3
+UPDATE payments SET amount_refunded = amount_refunded + $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4
 RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
 `
 
 type PaymentAddRefundedParams struct {
-	Amount int64
-	Now    time.Time
-	ID     uuid.UUID
+	Amount   int64
+	Now      time.Time
+	TenantID uuid.UUID
+	ID       uuid.UUID
 }
 
 func (q *Queries) PaymentAddRefunded(ctx context.Context, arg PaymentAddRefundedParams) (Payment, error) {
-	row := q.db.QueryRow(ctx, paymentAddRefunded, arg.Amount, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, paymentAddRefunded,
+		arg.Amount,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -49,7 +55,7 @@ func (q *Queries) PaymentAddRefunded(ctx context.Context, arg PaymentAddRefunded
 
 const paymentFail = `-- name: PaymentFail :one
 UPDATE payments SET status = 'failed', provider_charge_id = $1, failure_code = $2, updated_at = $3
-WHERE id = $4 AND status = 'pending'
+WHERE tenant_id = $4 AND id = $5 AND status = 'pending'
 RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
 `
 
@@ -57,6 +63,7 @@ type PaymentFailParams struct {
 	ProviderChargeID *string
 	FailureCode      *string
 	Now              time.Time
+	TenantID         uuid.UUID
 	ID               uuid.UUID
 }
 
@@ -65,6 +72,7 @@ func (q *Queries) PaymentFail(ctx context.Context, arg PaymentFailParams) (Payme
 		arg.ProviderChargeID,
 		arg.FailureCode,
 		arg.Now,
+		arg.TenantID,
 		arg.ID,
 	)
 	var i Payment
@@ -100,34 +108,6 @@ type PaymentGetParams struct {
 
 func (q *Queries) PaymentGet(ctx context.Context, arg PaymentGetParams) (Payment, error) {
 	row := q.db.QueryRow(ctx, paymentGet, arg.TenantID, arg.ID)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.OrderID,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.ProviderKey,
-		&i.Status,
-		&i.Amount,
-		&i.Currency,
-		&i.PaymentMethod,
-		&i.ProviderChargeID,
-		&i.FailureCode,
-		&i.RefundReserved,
-		&i.AmountRefunded,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
-const paymentGetByID = `-- name: PaymentGetByID :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE id = $1
-`
-
-func (q *Queries) PaymentGetByID(ctx context.Context, id uuid.UUID) (Payment, error) {
-	row := q.db.QueryRow(ctx, paymentGetByID, id)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -217,11 +197,16 @@ func (q *Queries) PaymentGetForUpdate(ctx context.Context, arg PaymentGetForUpda
 }
 
 const paymentGetLiveForOrder = `-- name: PaymentGetLiveForOrder :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE order_id = $1 AND status IN ('pending', 'succeeded')
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND order_id = $2 AND status IN ('pending', 'succeeded')
 `
 
-func (q *Queries) PaymentGetLiveForOrder(ctx context.Context, orderID uuid.UUID) (Payment, error) {
-	row := q.db.QueryRow(ctx, paymentGetLiveForOrder, orderID)
+type PaymentGetLiveForOrderParams struct {
+	TenantID uuid.UUID
+	OrderID  uuid.UUID
+}
+
+func (q *Queries) PaymentGetLiveForOrder(ctx context.Context, arg PaymentGetLiveForOrderParams) (Payment, error) {
+	row := q.db.QueryRow(ctx, paymentGetLiveForOrder, arg.TenantID, arg.OrderID)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -348,36 +333,48 @@ func (q *Queries) PaymentListByOrder(ctx context.Context, arg PaymentListByOrder
 }
 
 const paymentReleaseRefund = `-- name: PaymentReleaseRefund :exec
-UPDATE payments SET refund_reserved = refund_reserved - $1, updated_at = $2 WHERE id = $3
+UPDATE payments SET refund_reserved = refund_reserved - $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4
 `
 
 type PaymentReleaseRefundParams struct {
-	Amount int64
-	Now    time.Time
-	ID     uuid.UUID
+	Amount   int64
+	Now      time.Time
+	TenantID uuid.UUID
+	ID       uuid.UUID
 }
 
 func (q *Queries) PaymentReleaseRefund(ctx context.Context, arg PaymentReleaseRefundParams) error {
-	_, err := q.db.Exec(ctx, paymentReleaseRefund, arg.Amount, arg.Now, arg.ID)
+	_, err := q.db.Exec(ctx, paymentReleaseRefund,
+		arg.Amount,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	return err
 }
 
 const paymentReserveRefund = `-- name: PaymentReserveRefund :one
 UPDATE payments SET refund_reserved = refund_reserved + $1, updated_at = $2
-WHERE id = $3 AND status = 'succeeded' AND refund_reserved + $1 <= amount
+WHERE tenant_id = $3 AND id = $4 AND status = 'succeeded' AND refund_reserved + $1 <= amount
 RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
 `
 
 type PaymentReserveRefundParams struct {
-	Amount int64
-	Now    time.Time
-	ID     uuid.UUID
+	Amount   int64
+	Now      time.Time
+	TenantID uuid.UUID
+	ID       uuid.UUID
 }
 
 // PaymentReserveRefund reserves amount for a refund of a succeeded payment;
 // no row means the payment cannot cover it.
 func (q *Queries) PaymentReserveRefund(ctx context.Context, arg PaymentReserveRefundParams) (Payment, error) {
-	row := q.db.QueryRow(ctx, paymentReserveRefund, arg.Amount, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, paymentReserveRefund,
+		arg.Amount,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -402,20 +399,26 @@ func (q *Queries) PaymentReserveRefund(ctx context.Context, arg PaymentReserveRe
 
 const paymentSucceed = `-- name: PaymentSucceed :one
 UPDATE payments SET status = 'succeeded', provider_charge_id = $1, updated_at = $2
-WHERE id = $3 AND status = 'pending'
+WHERE tenant_id = $3 AND id = $4 AND status = 'pending'
 RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
 `
 
 type PaymentSucceedParams struct {
 	ProviderChargeID *string
 	Now              time.Time
+	TenantID         uuid.UUID
 	ID               uuid.UUID
 }
 
 // PaymentSucceed finishes a pending payment; it returns no row when the
 // payment is no longer pending (someone else finished it first).
 func (q *Queries) PaymentSucceed(ctx context.Context, arg PaymentSucceedParams) (Payment, error) {
-	row := q.db.QueryRow(ctx, paymentSucceed, arg.ProviderChargeID, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, paymentSucceed,
+		arg.ProviderChargeID,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -440,18 +443,24 @@ func (q *Queries) PaymentSucceed(ctx context.Context, arg PaymentSucceedParams) 
 
 const refundFail = `-- name: RefundFail :one
 UPDATE refunds SET status = 'failed', failure_code = $1, updated_at = $2
-WHERE id = $3 AND status = 'pending'
+WHERE tenant_id = $3 AND id = $4 AND status = 'pending'
 RETURNING id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, provider_refund_id, failure_code, created_at, updated_at
 `
 
 type RefundFailParams struct {
 	FailureCode *string
 	Now         time.Time
+	TenantID    uuid.UUID
 	ID          uuid.UUID
 }
 
 func (q *Queries) RefundFail(ctx context.Context, arg RefundFailParams) (Refund, error) {
-	row := q.db.QueryRow(ctx, refundFail, arg.FailureCode, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, refundFail,
+		arg.FailureCode,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	var i Refund
 	err := row.Scan(
 		&i.ID,
@@ -481,30 +490,6 @@ type RefundGetParams struct {
 
 func (q *Queries) RefundGet(ctx context.Context, arg RefundGetParams) (Refund, error) {
 	row := q.db.QueryRow(ctx, refundGet, arg.TenantID, arg.ID)
-	var i Refund
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.PaymentID,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.ProviderKey,
-		&i.Status,
-		&i.Amount,
-		&i.ProviderRefundID,
-		&i.FailureCode,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
-const refundGetByID = `-- name: RefundGetByID :one
-SELECT id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, provider_refund_id, failure_code, created_at, updated_at FROM refunds WHERE id = $1
-`
-
-func (q *Queries) RefundGetByID(ctx context.Context, id uuid.UUID) (Refund, error) {
-	row := q.db.QueryRow(ctx, refundGetByID, id)
 	var i Refund
 	err := row.Scan(
 		&i.ID,
@@ -600,8 +585,8 @@ func (q *Queries) RefundInsert(ctx context.Context, arg RefundInsertParams) (Ref
 
 const refundListByOrder = `-- name: RefundListByOrder :many
 SELECT r.id, r.tenant_id, r.payment_id, r.idempotency_key, r.request_hash, r.provider_key, r.status, r.amount, r.provider_refund_id, r.failure_code, r.created_at, r.updated_at FROM refunds r
-JOIN payments p ON p.id = r.payment_id
-WHERE p.tenant_id = $1 AND p.order_id = $2
+JOIN payments p ON p.tenant_id = r.tenant_id AND p.id = r.payment_id
+WHERE r.tenant_id = $1 AND p.tenant_id = $1 AND p.order_id = $2
 ORDER BY r.created_at, r.id
 `
 
@@ -647,18 +632,24 @@ func (q *Queries) RefundListByOrder(ctx context.Context, arg RefundListByOrderPa
 
 const refundSucceed = `-- name: RefundSucceed :one
 UPDATE refunds SET status = 'succeeded', provider_refund_id = $1, updated_at = $2
-WHERE id = $3 AND status = 'pending'
+WHERE tenant_id = $3 AND id = $4 AND status = 'pending'
 RETURNING id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, provider_refund_id, failure_code, created_at, updated_at
 `
 
 type RefundSucceedParams struct {
 	ProviderRefundID *string
 	Now              time.Time
+	TenantID         uuid.UUID
 	ID               uuid.UUID
 }
 
 func (q *Queries) RefundSucceed(ctx context.Context, arg RefundSucceedParams) (Refund, error) {
-	row := q.db.QueryRow(ctx, refundSucceed, arg.ProviderRefundID, arg.Now, arg.ID)
+	row := q.db.QueryRow(ctx, refundSucceed,
+		arg.ProviderRefundID,
+		arg.Now,
+		arg.TenantID,
+		arg.ID,
+	)
 	var i Refund
 	err := row.Scan(
 		&i.ID,

@@ -304,3 +304,29 @@ func (q *Queries) TenantInsert(ctx context.Context, arg TenantInsertParams) (Ten
 	)
 	return i, err
 }
+
+const tenantListIDs = `-- name: TenantListIDs :many
+SELECT id FROM tenants ORDER BY id
+`
+
+// TenantListIDs lists every tenant, for the work that visits them one by
+// one (the retention sweeper).
+func (q *Queries) TenantListIDs(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, tenantListIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -58,14 +58,15 @@ func (q *Queries) WebhookReceiptClaimBatch(ctx context.Context, arg WebhookRecei
 }
 
 const webhookReceiptDeleteProcessed = `-- name: WebhookReceiptDeleteProcessed :execrows
-DELETE FROM webhook_receipts w
-USING (
+WITH d AS (
     SELECT r.delivery_id FROM webhook_receipts r
     WHERE r.processed_at IS NOT NULL AND r.received_at <= $1::timestamptz
     ORDER BY r.received_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-) d
+)
+DELETE FROM webhook_receipts w
+USING d
 WHERE w.delivery_id = d.delivery_id
 `
 
@@ -76,6 +77,7 @@ type WebhookReceiptDeleteProcessedParams struct {
 
 // WebhookReceiptDeleteProcessed deletes processed webhook receipts received
 // at or before cutoff. Unprocessed receipts are never candidates.
+// The batch is a CTE, computed once (see IdempotencyDeleteExpired).
 func (q *Queries) WebhookReceiptDeleteProcessed(ctx context.Context, arg WebhookReceiptDeleteProcessedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, webhookReceiptDeleteProcessed, arg.Cutoff, arg.MaxRows)
 	if err != nil {
