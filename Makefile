@@ -15,12 +15,20 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run test deps build generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
+.PHONY: run run-citus test deps build generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
 run: build
 	@exec scripts/run.sh
+
+## run-citus: `make run` on a local Citus cluster: a coordinator and two workers (private clusters under
+##            .data/postgres/citusdev-*), the schema distributed by tenant; Citus installed or built from CITUS_SRC
+run-citus: build
+	@scripts/citus.sh --install
+	@DATABASE_URL="$$(scripts/citus.sh citusdev)"; export DATABASE_URL; \
+	 echo "on Citus: the coordinator at $$DATABASE_URL, two workers (scripts/citus.sh --stop citusdev stops them)"; \
+	 exec scripts/run.sh
 
 ## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck,
 ##       known vulnerabilities, gosec, all tests with -race
@@ -85,9 +93,24 @@ gosec:
 	 if [ -n "$$bad" ]; then echo "a #nosec without its rule and reason (#nosec G<rule> -- <reason>):"; echo "$$bad"; exit 1; fi
 	$(TOOL) gosec -quiet -exclude-generated -exclude-dir=proving ./...
 
+# Citus (the tests run the end-to-end contract on a local Citus cluster too):
+# taken from the installed PostgreSQL, or built from CITUS_SRC, by default
+# the Citus source in the shared folder next to this checkout when there is
+# one. Without either, scripts/citus.sh says what to install.
+CITUS_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/vendor/citus-13.*.tar.gz))
+export CITUS_SRC
+# The packages whose tests run a second time on Citus: the end-to-end
+# contract (internal/app) and every background role's own tests.
+CITUS_TEST_PKGS := ./internal/app/ ./internal/outbox/ ./internal/operation/ ./internal/retention/ ./internal/webhooks/ \
+	./internal/fulfillment/ ./internal/payments/ ./internal/orders/ ./internal/idempotency/ ./internal/inbox/ ./internal/attention/
+
 unit:
+	@scripts/citus.sh --install
 	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
-	 $(GO) test -race -count=1 -timeout 15m ./...
+	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
+	 $(GO) test -race -count=1 -timeout 15m ./...; \
+	 echo "unit: the contract and the background roles again, on Citus (coordinator and two workers)"; \
+	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m $(CITUS_TEST_PKGS)
 	$(GO) -C tools test -count=1 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
@@ -170,9 +193,10 @@ CHAOS_ARGS ?=
 chaos:
 	$(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
 
-## pg-stop: stop the private PostgreSQL clusters
+## pg-stop: stop the private PostgreSQL and Citus clusters
 pg-stop:
 	@for c in dev test bench chaos; do scripts/postgres.sh --stop $$c; done
+	@for c in citusdev citustest; do scripts/citus.sh --stop $$c; done
 
 clean: pg-stop
 	rm -rf bin .data

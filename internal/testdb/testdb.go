@@ -34,12 +34,22 @@ func (migrator) Migrate(_ context.Context, _ *sql.DB, c pgtestdb.Config) error {
 	return postgres.Migrate(c.URL())
 }
 
-// URL returns the URL of a fresh, migrated database for t.
+// URL returns the URL of a fresh, migrated database for t. When
+// DATABASE_URL names the coordinator of a Citus cluster (its database has
+// the citus extension and workers), the database is made on every node and
+// the migrations distribute its tables.
 func URL(t testing.TB) string {
 	t.Helper()
 	raw := os.Getenv("DATABASE_URL")
 	if raw == "" {
 		t.Fatal("DATABASE_URL is not set: run `make test`, which starts a private PostgreSQL, or point DATABASE_URL at a server where you may create databases")
+	}
+	c, err := detectCitus(raw)
+	if err != nil {
+		t.Fatalf("DATABASE_URL: %v", err)
+	}
+	if c != nil {
+		return citusURL(t, c)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -63,10 +73,41 @@ func URL(t testing.TB) string {
 	return conf.URL()
 }
 
-// Pool returns a pool on a fresh, migrated database for t, closed when t ends.
+// Pool returns a pool on a fresh, migrated database for t (URL), closed
+// when t ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := postgres.Open(context.Background(), URL(t), postgres.PoolConfig{MaxConns: 40})
+	return open(t, URL(t))
+}
+
+// CitusURL returns the URL of a fresh, migrated database for t on the Citus
+// cluster whose coordinator CITUS_DATABASE_URL names (`make test` starts
+// one: scripts/citus.sh). Without one the test fails, saying so.
+func CitusURL(t testing.TB) string {
+	t.Helper()
+	raw := os.Getenv("CITUS_DATABASE_URL")
+	if raw == "" {
+		t.Fatal("CITUS_DATABASE_URL is not set: run `make test`, which starts a private Citus cluster (scripts/citus.sh), or point it at the coordinator of one where you may create databases")
+	}
+	c, err := detectCitus(raw)
+	if err != nil {
+		t.Fatalf("CITUS_DATABASE_URL: %v", err)
+	}
+	if c == nil {
+		t.Fatal("CITUS_DATABASE_URL names no Citus coordinator (no citus extension or no workers in its database)")
+	}
+	return citusURL(t, c)
+}
+
+// CitusPool is Pool on the Citus cluster of CITUS_DATABASE_URL (CitusURL).
+func CitusPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return open(t, CitusURL(t))
+}
+
+func open(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), url, postgres.PoolConfig{MaxConns: 40})
 	if err != nil {
 		t.Fatalf("open test pool: %v", err)
 	}
