@@ -12,8 +12,10 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,7 +68,8 @@ type StreamsConfig struct {
 	// again, and so how long consumers must keep their inbox rows.
 	MaxAge time.Duration
 	// Replicas is the stream's replication factor (default 1: the embedded
-	// server is a single node; use 3 on a cluster).
+	// server is a single node; use 3 on a cluster, NATS_STREAM_REPLICAS).
+	// EnsureStreams raises it on an existing stream and refuses to lower it.
 	Replicas int
 }
 
@@ -98,16 +101,55 @@ func StreamConfig(cfg StreamsConfig) jetstream.StreamConfig {
 
 // EnsureStreams declares the event stream, creating it or updating it to
 // cfg. It is idempotent: every process calls it at start.
+//
+// The replica count may rise (R1 to R3 once NATS_URL names a cluster:
+// JetStream copies the stored messages to the new replicas) but never
+// fall. A stream that has more replicas than cfg asks for is refused
+// with ErrFewerReplicas and left as it is: every process declares the
+// stream at start, so one started without NATS_STREAM_REPLICAS (default
+// 1) would otherwise set an R3 stream back to R1, where one server down
+// stops the event flow and one lost disk loses acknowledged events. Lowering it is
+// an operator's deliberate act (nats stream edit), before the processes
+// are configured with the lower count. The check reads the stream before
+// the update, so two processes started at the same moment with different
+// counts can still race; a deployment changes the count on every process.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
 	sc := StreamConfig(cfg)
 	if sc.Duplicates > sc.MaxAge {
 		return fmt.Errorf("stream %s: duplicate window %v exceeds max age %v", sc.Name, sc.Duplicates, sc.MaxAge)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+	// Twice at most: a stream that another process created between the
+	// lookup and the create is looked up again and checked.
+	for range 2 {
+		s, err := js.Stream(ctx, sc.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, sc)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+		}
+		if have := s.CachedInfo().Config.Replicas; have > sc.Replicas {
+			return fmt.Errorf("declare stream %s: %w: it has %d, this process is configured with %d (set NATS_STREAM_REPLICAS=%d; to lower it on purpose, edit the stream first: nats stream edit %s --replicas %d)",
+				sc.Name, ErrFewerReplicas, have, sc.Replicas, have, sc.Name, sc.Replicas)
+		}
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("declare stream %s: created and gone again meanwhile", sc.Name)
 }
+
+// ErrFewerReplicas is EnsureStreams' refusal to lower the stream's replica
+// count.
+var ErrFewerReplicas = errors.New("refusing to lower the replica count of the stream")
 
 // Defaults of the connection (ConnectOption).
 const (
@@ -164,12 +206,18 @@ func WithPingInterval(d time.Duration) ConnectOption {
 // no point at which giving up would help. A broker that accepts and never
 // answers is noticed by the pings (WithPingInterval) and treated the same
 // way. name shows in the server's connection list.
+//
+// url may list the servers of a cluster, comma-separated
+// ("nats://token@a:4222,nats://b:4222,nats://c:4222"): the client connects
+// to one of them, learns the others from the cluster, and reconnects to
+// another when its server goes. Credentials written on one server of the
+// list apply to the others that have none.
 func Connect(url, name string, logger *slog.Logger, opts ...ConnectOption) (*nats.Conn, jetstream.JetStream, error) {
 	cfg := connectConfig{connectTimeout: DefaultConnectTimeout, pingInterval: DefaultPingInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(serverList(url),
 		nats.Name(name),
 		nats.Timeout(cfg.connectTimeout),
 		nats.PingInterval(cfg.pingInterval),
@@ -207,15 +255,62 @@ func Connect(url, name string, logger *slog.Logger, opts ...ConnectOption) (*nat
 	return nc, js, nil
 }
 
-// redact drops credentials from a NATS URL for error messages.
-func redact(url string) string {
-	for i := len("nats://"); i < len(url); i++ {
-		switch url[i] {
-		case '@':
-			return "nats://***" + url[i:]
-		case '/':
-			return url
+// serverList splits a NATS URL that lists several servers
+// ("nats://a:4222,nats://b:4222", as nats.Connect takes it) and gives every
+// server without credentials those of the first one that has them, so a
+// cluster's token or user and password need to be written once. nats.go
+// uses each URL's own credentials: without this, a client whose first
+// choice (the list is shuffled) or later reconnect is a server written
+// without them would be refused. A server's own credentials are kept.
+func serverList(url string) string {
+	servers := strings.Split(url, ",")
+	creds := ""
+	for i, s := range servers {
+		servers[i] = strings.TrimSpace(s)
+		if c := userinfo(servers[i]); creds == "" && c != "" {
+			creds = c
 		}
 	}
-	return url
+	if creds == "" || len(servers) == 1 {
+		return url
+	}
+	for i, s := range servers {
+		if userinfo(s) != "" {
+			continue
+		}
+		if scheme, rest, ok := strings.Cut(s, "://"); ok {
+			servers[i] = scheme + "://" + creds + "@" + rest
+		} else {
+			servers[i] = creds + "@" + s
+		}
+	}
+	return strings.Join(servers, ",")
+}
+
+// userinfo returns the credentials of one server URL ("" for none): what
+// comes between the scheme and an "@" before the host's end.
+func userinfo(server string) string {
+	_, rest, ok := strings.Cut(server, "://")
+	if !ok {
+		rest = server
+	}
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		rest = rest[:end]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		return rest[:at]
+	}
+	return ""
+}
+
+// redact drops credentials from a NATS URL, or from every server of a
+// list, for logs and error messages.
+func redact(url string) string {
+	servers := strings.Split(url, ",")
+	for i, s := range servers {
+		if c := userinfo(s); c != "" {
+			servers[i] = strings.Replace(s, c+"@", "***@", 1)
+		}
+	}
+	return strings.Join(servers, ",")
 }
