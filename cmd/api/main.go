@@ -121,8 +121,11 @@ Environment (default in brackets; the README lists every variable):
   STARTUP_TIMEOUT       how long to wait for the database and NATS at start [2m]
   LOG_LEVEL             debug, info, warn or error [info]
   NATS_URL              NATS server with JetStream, credentials in the URL
-                        (nats://user:password@host:4222); set it whenever more
-                        than one API process runs [empty: embedded]
+                        (nats://user:password@host:4222), or a cluster's servers
+                        comma-separated; set it whenever more than one API
+                        process runs [empty: embedded]
+  NATS_STREAM_REPLICAS  the event stream's replicas, 3 on a 3-server cluster;
+                        never lowered at start [1]
   PSP_URL               the payment provider (required)
   PSP_API_KEY           the provider's bearer token [empty: none sent]
   PSP_WEBHOOK_SECRETS   whsec_ secrets that verify the provider's webhooks; required

@@ -390,7 +390,7 @@ func (a *App) connectBroker(ctx context.Context) error {
 // outbox dispatcher and the fulfillment consumer (rule 6); Serve runs them.
 func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options, tp trace.TracerProvider) (err error) {
 	js := a.js
-	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge}); err != nil {
+	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge, Replicas: cfg.NATSStreamReplicas}); err != nil {
 		return err
 	}
 	if cfg.OutboxDispatcher {

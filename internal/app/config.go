@@ -168,6 +168,13 @@ type Config struct {
 	// NATSStreamMaxAge is how long the stream keeps events
 	// (NATS_STREAM_MAX_AGE, default 7d); the inbox retention must cover it.
 	NATSStreamMaxAge time.Duration
+	// NATSStreamReplicas is the event stream's replica count
+	// (NATS_STREAM_REPLICAS, default 1; 1 to 5, and only 1 with the
+	// embedded broker). Use 3 when NATS_URL names a three-server cluster:
+	// the stream survives the loss of any one server. broker.EnsureStreams
+	// raises an existing stream to it and refuses to start rather than
+	// lower it.
+	NATSStreamReplicas int
 	// OutboxDispatcher runs the outbox dispatcher in this process
 	// (OUTBOX_DISPATCHER, default true; any number of processes may).
 	OutboxDispatcher bool
@@ -269,6 +276,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		NATSStoreDir:         r.str("NATS_STORE_DIR", ".data/nats"),
 		NATSDuplicateWindow:  r.duration("NATS_DUPLICATE_WINDOW", 2*time.Minute),
 		NATSStreamMaxAge:     r.duration("NATS_STREAM_MAX_AGE", 7*24*time.Hour),
+		NATSStreamReplicas:   r.integer("NATS_STREAM_REPLICAS", 1, 1, 5),
 		OutboxDispatcher:     r.boolean("OUTBOX_DISPATCHER", true),
 		OutboxPollInterval:   r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval),
 		OutboxPublishTimeout: r.duration("OUTBOX_PUBLISH_TIMEOUT", outbox.DefaultPublishTimeout),
@@ -338,6 +346,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.NATSStreamMaxAge > c.Horizons.QueueRedelivery {
 		r.errs = append(r.errs, fmt.Errorf("NATS_STREAM_MAX_AGE (%s) is longer than the queue redelivery horizon (%s) the inbox retention covers",
 			c.NATSStreamMaxAge, c.Horizons.QueueRedelivery))
+	}
+	if c.NATSURL == "" && c.NATSStreamReplicas > 1 && c.NATSStreamReplicas <= 5 {
+		r.errs = append(r.errs, fmt.Errorf("NATS_STREAM_REPLICAS (%d) needs NATS_URL naming a cluster: the embedded broker is one server, which holds one replica", c.NATSStreamReplicas))
 	}
 	if c.DatabaseURL == "" {
 		r.errs = append(r.errs, errors.New("DATABASE_URL is required (`make run` starts a private PostgreSQL and sets it)"))

@@ -129,3 +129,39 @@ func TestConfigTracesEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// NATS_STREAM_REPLICAS is the event stream's replica count: 1 by default,
+// up to 5 (JetStream's most), and more than 1 only with NATS_URL: the
+// embedded broker is a single server.
+func TestConfigStreamReplicas(t *testing.T) {
+	t.Parallel()
+	const cluster = "nats://tok@127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224"
+	for _, tc := range []struct {
+		name, natsURL, replicas string
+		want                    int
+		err                     string // "" for none
+	}{
+		{"default", "", "", 1, ""},
+		{"default on a cluster", cluster, "", 1, ""},
+		{"one, embedded", "", "1", 1, ""},
+		{"three on a cluster", cluster, "3", 3, ""},
+		{"five on a cluster", cluster, "5", 5, ""},
+		{"three, embedded", "", "3", 0, "NATS_STREAM_REPLICAS (3) needs NATS_URL naming a cluster: the embedded broker is one server, which holds one replica"},
+		{"zero", cluster, "0", 0, `NATS_STREAM_REPLICAS="0": want an integer from 1 to 5`},
+		{"six", cluster, "6", 0, `NATS_STREAM_REPLICAS="6": want an integer from 1 to 5`},
+		{"six, embedded: one line", "", "6", 0, `NATS_STREAM_REPLICAS="6": want an integer from 1 to 5`},
+		{"not a number", cluster, "three", 0, `NATS_STREAM_REPLICAS="three": want an integer from 1 to 5`},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": tc.natsURL, "NATS_STREAM_REPLICAS": tc.replicas}
+		c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+		if tc.err == "" {
+			if err != nil || c.NATSStreamReplicas != tc.want {
+				t.Errorf("%s: replicas %d, %v; want %d", tc.name, c.NATSStreamReplicas, err, tc.want)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tc.err {
+			t.Errorf("%s: %v, want exactly %q", tc.name, err, tc.err)
+		}
+	}
+}
