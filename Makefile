@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus test deps build generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
+.PHONY: run run-citus test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -42,6 +42,12 @@ build:
 	@mkdir -p bin
 	$(GO) build -o bin/api ./cmd/api
 	$(GO) build -o bin/pspsim ./proving/cmd/pspsim
+
+## nats-server: bin/nats-server, the version go.mod pins (the one api serve embeds), which
+##              scripts/nats-cluster.sh runs as a three-server JetStream cluster
+nats-server:
+	@mkdir -p bin
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 
 ## generate: regenerate each feature's internal/dbsqlc from db/queries and db/migrations (sqlc pinned in tools/go.mod)
 generate:
@@ -199,4 +205,5 @@ pg-stop:
 	@for c in citusdev citustest; do scripts/citus.sh --stop $$c; done
 
 clean: pg-stop
+	@for d in .data/nats-cluster-*/; do [ -d "$$d" ] || continue; d=$${d%/}; scripts/nats-cluster.sh --stop "$${d#.data/nats-cluster-}"; done
 	rm -rf bin .data
