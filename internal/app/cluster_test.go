@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
+	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/testkit"
 )
 
@@ -121,7 +122,7 @@ func (l *clusterLoad) end(t *testing.T) []string {
 // three, the token written once; NATS_STREAM_REPLICAS=3), with the server
 // that leads the stream shut down while orders are created and paid, and
 // started again. Proven:
-//   - the stream is R3;
+//   - the stream is R3, and so is the fulfillment consumer;
 //   - while the server is down, the orders paid meanwhile have their events
 //     published and consumed, and are fulfilled: the two servers left carry
 //     the flow (with one replica the stream would be gone with its server);
@@ -154,6 +155,13 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 	if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("stream %s: %d replicas configured, cluster %+v; want 3", broker.StreamEvents, info.Config.Replicas, info.Cluster)
 	}
+	cons, err := js.Consumer(ctx, broker.StreamEvents, fulfillment.Subscriber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := cons.Info(ctx); err != nil || ci.Cluster == nil || len(ci.Cluster.Replicas) != 2 {
+		t.Fatalf("consumer %s: %v, cluster %+v; want 3 replicas, as the stream's", fulfillment.Subscriber, err, ci)
+	}
 	leader := c.Index(info.Cluster.Leader)
 	if leader < 0 {
 		t.Fatalf("stream leader %q is not a server of the cluster", info.Cluster.Leader)
@@ -168,6 +176,7 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 	load.waitPaid(t, 5, "before the outage")
 
 	c.Stop(leader)
+	stopped := time.Now()
 	before := len(load.paid(t))
 	load.waitPaid(t, before+5, "with the stream's leader down")
 	during := load.paid(t)[before:]
@@ -176,12 +185,15 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 		t.Fatal("the server came back before the check")
 	}
 
+	outage := time.Since(stopped)
 	c.Start(t, leader)
 	c.WaitReady(t, 60*time.Second)
+	rejoined := time.Since(stopped) - outage
 	after := len(load.paid(t))
 	load.waitPaid(t, after+5, "after the server came back")
 	orders := load.end(t)
-	t.Logf("%d orders paid: %d before the outage, %d during (%d fulfilled during it), %d after", len(orders), before, after-before, len(during), len(orders)-after)
+	t.Logf("%d orders paid: %d before the outage, %d during (%d fulfilled during it, %v), %d after; the server rejoined in %v",
+		len(orders), before, after-before, len(during), outage.Round(time.Millisecond), len(orders)-after, rejoined.Round(time.Millisecond))
 
 	// Settled: every event published, none stuck, every order fulfilled.
 	testkit.WaitFor(t, 60*time.Second, "every event published", func() bool {

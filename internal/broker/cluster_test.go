@@ -57,7 +57,8 @@ func describe(info *jetstream.StreamInfo) string {
 // On a three-server cluster the stream gets the replica count it is
 // declared with. A stream that exists with one replica (the default, as
 // before NATS_STREAM_REPLICAS) is raised to three by the next start, its
-// messages copied to the new replicas; another process declaring it with
+// messages copied to the new replicas and its consumers following it;
+// another process declaring it with
 // three leaves it so; one started with the default is refused rather than
 // lowering it. With one server (the stream's leader) down, the other two
 // still acknowledge publishes.
@@ -79,6 +80,12 @@ func TestStreamOnAClusterHasTheReplicasItIsGiven(t *testing.T) {
 	if info := streamInfo(ctx, t, js); info.Config.Replicas != 1 {
 		t.Fatalf("stream declared with the default: %s, want 1 replica", describe(info))
 	}
+	// A durable consumer of that stream, declared as the fulfillment
+	// consumer is: without replicas of its own.
+	cons, err := js.CreateOrUpdateConsumer(ctx, broker.StreamEvents, jetstream.ConsumerConfig{Durable: "test", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The next start, configured with three.
 	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{Replicas: 3}); err != nil {
@@ -92,13 +99,20 @@ func TestStreamOnAClusterHasTheReplicasItIsGiven(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("the raised stream holds %d messages, want the 1 from before", info.State.Msgs)
 	}
+	testkit.WaitFor(t, 30*time.Second, "the consumer to follow the stream to three replicas", func() bool {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci.Cluster != nil && len(ci.Cluster.Replicas) == 2
+	})
 
 	// Another process, configured alike, and one started with the default.
 	_, other := brokertest.Connect(t, c.URL(), logger)
 	if err := broker.EnsureStreams(ctx, other, broker.StreamsConfig{Replicas: 3}); err != nil {
 		t.Fatalf("EnsureStreams(3 replicas) from another process: %v", err)
 	}
-	err := broker.EnsureStreams(ctx, other, broker.StreamsConfig{})
+	err = broker.EnsureStreams(ctx, other, broker.StreamsConfig{})
 	if !errors.Is(err, broker.ErrFewerReplicas) || !strings.Contains(err.Error(), "NATS_STREAM_REPLICAS=3") {
 		t.Fatalf("EnsureStreams(default) on an R3 stream: %v, want ErrFewerReplicas naming NATS_STREAM_REPLICAS=3", err)
 	}
