@@ -2,7 +2,9 @@
 // test: its store in t.TempDir(), a loopback port the kernel picks, the
 // event stream declared, everything shut down when the test ends. Tests can
 // stop the server and bring it back on the same port and store, to watch the
-// outbox wait and then flow.
+// outbox wait and then flow. StartCluster (cluster.go) starts three such
+// servers as one JetStream cluster, for replicated streams and the loss of
+// one server.
 package brokertest
 
 import (
