@@ -96,6 +96,11 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 	if code := <-paid; code != http.StatusCreated {
 		t.Fatalf("the held payment = %d, want 201", code)
 	}
+	// The client has the payment's answer a moment before the server gives
+	// its slot back: a retry sent at once could meet the limit still taken.
+	testkit.WaitFor(t, 5*time.Second, "the held payment's slot to be free", func() bool {
+		return b.scrape(t)["oncepay_http_requests_in_flight"] == 0
+	})
 	retry := b.do(t, "POST", "/v1/orders", acme, "o-shed", orderBody)
 	if retry.status != http.StatusCreated || retry.header.Get(idempotency.HeaderReplayed) == "true" {
 		t.Fatalf("retry of the shed order = %d replayed=%q %s, want a first execution: the shed request did nothing",
