@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
@@ -19,10 +20,20 @@ import (
 )
 
 // Migrator applies the embedded migrations (db.Migrations). golang-migrate
-// takes an advisory lock, so several processes starting at once are safe.
+// takes an advisory lock, so several processes starting at once are safe:
+// the others wait for the first one's migrations (up to MigrateLockTimeout)
+// and then find nothing left to do.
 type Migrator struct {
 	m *migrate.Migrate
 }
+
+// MigrateLockTimeout is how long a process waits for the migration lock
+// another process holds. golang-migrate's own default, 15 seconds, is less
+// than a fresh Citus database takes to migrate here (000011 creates every
+// shard on every worker; 16 to 32 s measured): a second API replica started
+// with the first gave up with "can't acquire database lock" instead of
+// waiting for it.
+const MigrateLockTimeout = 5 * time.Minute
 
 // NewMigrator connects golang-migrate to databaseURL (a postgres:// URL).
 func NewMigrator(databaseURL string) (*Migrator, error) {
@@ -39,6 +50,7 @@ func NewMigrator(databaseURL string) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect migrator: %w", err)
 	}
+	m.LockTimeout = MigrateLockTimeout
 	return &Migrator{m: m}, nil
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -340,5 +342,56 @@ func TestApplicationNameFromTheURL(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("application_name = %q, %v; want %q", got, err, tc.want)
 		}
+	}
+}
+
+// A process that finds the migration lock taken waits for it longer than
+// golang-migrate's own 15 seconds (MigrateLockTimeout): a second API
+// replica started with the first on a fresh Citus database, whose
+// migrations take longer than that, must wait for them, not exit.
+func TestMigrateWaitsForAnotherProcessesLock(t *testing.T) {
+	t.Parallel()
+	raw := testdb.URL(t)
+	// Another process migrating: golang-migrate's own driver holding its
+	// lock on the database.
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme = "pgx5"
+	// Connecting takes (and gives back) the lock once to create the
+	// version table; it is Up whose wait golang-migrate bounds.
+	mg, err := postgres.NewMigrator(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mg.Close()
+	other, err := database.Open(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed first (deferred last): its session's lock goes with it, so
+	// a Migrator still waiting for it can close too.
+	defer other.Close()
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mg.Up() }()
+	select {
+	case err := <-done:
+		t.Fatalf("Migrate returned while another process held the lock: %v", err)
+	case <-time.After(16 * time.Second): // past golang-migrate's default lock timeout
+	}
+	if err := other.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Migrate after the lock was released: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Migrate did not finish after the lock was released")
 	}
 }
