@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-outbox overload chaos pg-stop clean
+.PHONY: run run-citus test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -106,9 +106,12 @@ gosec:
 CITUS_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/vendor/citus-13.*.tar.gz))
 export CITUS_SRC
 # The packages whose tests run a second time on Citus: the end-to-end
-# contract (internal/app) and every background role's own tests.
+# contract (internal/app) and every background role's own tests. The
+# browser tests drive the UI over the same API and ran on PostgreSQL
+# already: the second run leaves them out (CITUS_TEST_SKIP).
 CITUS_TEST_PKGS := ./internal/app/ ./internal/outbox/ ./internal/operation/ ./internal/retention/ ./internal/webhooks/ \
 	./internal/fulfillment/ ./internal/payments/ ./internal/orders/ ./internal/idempotency/ ./internal/inbox/ ./internal/attention/
+CITUS_TEST_SKIP := ^TestBrowser$$
 
 unit:
 	@scripts/citus.sh --install
@@ -116,7 +119,7 @@ unit:
 	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
 	 $(GO) test -race -count=1 -timeout 15m ./...; \
 	 echo "unit: the contract and the background roles again, on Citus (coordinator and two workers)"; \
-	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m $(CITUS_TEST_PKGS)
+	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m -skip '$(CITUS_TEST_SKIP)' $(CITUS_TEST_PKGS)
 	$(GO) -C tools test -count=1 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
@@ -179,6 +182,12 @@ overload:
 	  BENCH_SERVICE_CPUS="$(OVERLOAD_SERVICE_CPUS)" BENCH_CLIENT_CPUS="$(OVERLOAD_CLIENT_CPUS)" \
 	  BENCH_ARGS="--clients 16 --overload $(OVERLOAD_FACTOR) --overload-duration $(OVERLOAD_DURATION) --soak $(SOAK) --soak-fraction $(SOAK_FRACTION) $(BENCH_ARGS)"
 
+## bench-citus: create and replay on one PostgreSQL against Citus (coordinator and two workers), in turn,
+##              ROUNDS times (default 3), with each round's Citus/plain ratios (docs/SCALING.md)
+bench-citus: build
+	@scripts/citus.sh --install
+	@ROUNDS="$(or $(ROUNDS),3)" BENCH_DURATION="$(BENCH_DURATION)" scripts/bench-citus.sh
+
 ## bench-outbox: outbox burn-down (100,000 events to JetStream) and commit-to-consumed latency at
 ##               200 events/s on a durable private PostgreSQL (docs/BENCHMARKS.md)
 OUTBOXBENCH_ARGS ?=
@@ -202,7 +211,7 @@ chaos:
 ## pg-stop: stop the private PostgreSQL and Citus clusters
 pg-stop:
 	@for c in dev test bench chaos; do scripts/postgres.sh --stop $$c; done
-	@for c in citusdev citustest; do scripts/citus.sh --stop $$c; done
+	@for c in citusdev citustest citusbench; do scripts/citus.sh --stop $$c; done
 
 clean: pg-stop
 	@for d in .data/nats-cluster-*/; do [ -d "$$d" ] || continue; d=$${d%/}; scripts/nats-cluster.sh --stop "$${d#.data/nats-cluster-}"; done

@@ -250,7 +250,7 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 	if payments != len(orders) {
 		t.Fatalf("%d payment.succeeded events for %d paid orders", payments, len(orders))
 	}
-	if n := b.count(t, `SELECT count(*) FROM outbox_events e JOIN processed_messages m ON m.message_id = e.id::text AND m.subscriber = 'fulfillment'
+	if n := b.count(t, `SELECT count(*) FROM outbox_events e JOIN processed_messages m ON m.tenant_id = e.tenant_id AND m.message_id = e.id::text AND m.subscriber = 'fulfillment'
 		WHERE e.event_type = 'payment.succeeded'`); n != payments {
 		t.Fatalf("%d of %d payment.succeeded events in the fulfillment inbox", n, payments)
 	}
