@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos pg-stop clean
+.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -29,6 +29,12 @@ run-citus: build
 	@DATABASE_URL="$$(scripts/citus.sh citusdev)"; export DATABASE_URL; \
 	 echo "on Citus: the coordinator at $$DATABASE_URL, two workers (scripts/citus.sh --stop citusdev stops them)"; \
 	 exec scripts/run.sh
+
+## run-cluster: the demo past one machine: a Citus cluster (coordinator and two workers), three NATS servers
+##              (NATS_STREAM_REPLICAS=3), the simulator and two API replicas behind HAProxy on HTTP_ADDR (default
+##              127.0.0.1:8080), checked on /readyz; Ctrl-C stops all but the clusters (scripts/run-cluster.sh)
+run-cluster: build nats-server
+	@exec scripts/run-cluster.sh
 
 ## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck,
 ##       known vulnerabilities, gosec, all tests with -race
@@ -208,10 +214,10 @@ CHAOS_ARGS ?=
 chaos:
 	$(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
 
-## pg-stop: stop the private PostgreSQL and Citus clusters
+## pg-stop: stop the private PostgreSQL and Citus clusters (make run-cluster's too)
 pg-stop:
 	@for c in dev test bench chaos; do scripts/postgres.sh --stop $$c; done
-	@for c in citusdev citustest citusbench; do scripts/citus.sh --stop $$c; done
+	@for c in citusdev citustest citusbench clusterdev; do scripts/citus.sh --stop $$c; done
 
 clean: pg-stop
 	@for d in .data/nats-cluster-*/; do [ -d "$$d" ] || continue; d=$${d%/}; scripts/nats-cluster.sh --stop "$${d#.data/nats-cluster-}"; done
