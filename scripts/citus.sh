@@ -112,7 +112,11 @@ fi
 psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 urls=()
 for n in "${nodes[@]}"; do
-  urls+=("$(PG_SERVER_OPTS="-c shared_preload_libraries=citus ${PG_SERVER_OPTS:-}" "$root/scripts/postgres.sh" "$name-$n")")
+  # Every database with the extension has a maintenance daemon of its own
+  # (2PC recovery, distributed deadlock detection), a background worker:
+  # the tests' databases, one per test on every node, need more than
+  # PostgreSQL's default of 8.
+  urls+=("$(PG_SERVER_OPTS="-c shared_preload_libraries=citus -c max_worker_processes=64 ${PG_SERVER_OPTS:-}" "$root/scripts/postgres.sh" "$name-$n")")
 done
 port_of() { sed -E 's|.*@127\.0\.0\.1:([0-9]+)/.*|\1|' <<<"$1"; }
 for u in "${urls[@]}"; do

@@ -21,12 +21,22 @@ VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING *;
 
--- name: OrderItemsInsert :exec
--- OrderItemsInsert inserts all lines of an order in one statement.
+-- name: OrderItemsInsert :execrows
+-- OrderItemsInsert inserts all lines of an order in one statement, after
+-- the order in the same transaction. The lines are selected with the order
+-- row (tenant_id, id) rather than from the parameters alone: on Citus that
+-- makes it an INSERT ... SELECT within the tenant's shard, pushed down to
+-- it as one task. Lines from parameters alone Citus evaluates on the
+-- coordinator and COPYs into the shard, and a COPY turns every order
+-- creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
+-- connection leaves the order invisible, and its key locked, until Citus
+-- recovers it (docs/RELIABILITY.md, the cluster run's finding).
 INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT @tenant_id::uuid, @order_id::uuid,
+SELECT o.tenant_id, o.id,
        unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),
-       unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[]);
+       unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[])
+FROM orders o
+WHERE o.tenant_id = @tenant_id::uuid AND o.id = @order_id::uuid;
 
 -- name: OrderGet :one
 SELECT * FROM orders WHERE tenant_id = $1 AND id = $2;

@@ -80,8 +80,12 @@ func (s *Service) createOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 		return operation.Outcome{}, fmt.Errorf("insert order: %w", err)
 	}
 	lines.TenantID, lines.OrderID = row.TenantID, row.ID
-	if err := q.OrderItemsInsert(ctx, lines); err != nil {
+	n, err := q.OrderItemsInsert(ctx, lines)
+	if err != nil {
 		return operation.Outcome{}, fmt.Errorf("insert order items: %w", err)
+	}
+	if n != int64(len(lines.Lines)) { // the lines are selected with the order row: never fewer under this transaction
+		return operation.Outcome{}, fmt.Errorf("insert order items: %d of %d lines inserted", n, len(lines.Lines))
 	}
 	items := make([]dbsqlc.OrderItem, len(lines.Lines))
 	for i := range lines.Lines {

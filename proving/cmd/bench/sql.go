@@ -42,9 +42,11 @@ VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at`
 	sqlOrderItemsInsert = `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT $1::uuid, $2::uuid,
+SELECT o.tenant_id, o.id,
        unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
-       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])`
+       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])
+FROM orders o
+WHERE o.tenant_id = $1::uuid AND o.id = $2::uuid`
 	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	sqlIdempotencyFinish = `UPDATE api_idempotency

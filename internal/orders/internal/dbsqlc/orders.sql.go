@@ -241,37 +241,50 @@ func (q *Queries) OrderItemsGetMany(ctx context.Context, arg OrderItemsGetManyPa
 	return items, nil
 }
 
-const orderItemsInsert = `-- name: OrderItemsInsert :exec
+const orderItemsInsert = `-- name: OrderItemsInsert :execrows
 INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT $1::uuid, $2::uuid,
-       unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
-       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])
+SELECT o.tenant_id, o.id,
+       unnest($1::int[]), unnest($2::text[]), unnest($3::text[]),
+       unnest($4::int[]), unnest($5::bigint[]), unnest($6::bigint[])
+FROM orders o
+WHERE o.tenant_id = $7::uuid AND o.id = $8::uuid
 `
 
 type OrderItemsInsertParams struct {
-	TenantID    uuid.UUID
-	OrderID     uuid.UUID
 	Lines       []int32
 	Skus        []string
 	Names       []string
 	Quantities  []int32
 	UnitAmounts []int64
 	Amounts     []int64
+	TenantID    uuid.UUID
+	OrderID     uuid.UUID
 }
 
-// OrderItemsInsert inserts all lines of an order in one statement.
-func (q *Queries) OrderItemsInsert(ctx context.Context, arg OrderItemsInsertParams) error {
-	_, err := q.db.Exec(ctx, orderItemsInsert,
-		arg.TenantID,
-		arg.OrderID,
+// OrderItemsInsert inserts all lines of an order in one statement, after
+// the order in the same transaction. The lines are selected with the order
+// row (tenant_id, id) rather than from the parameters alone: on Citus that
+// makes it an INSERT ... SELECT within the tenant's shard, pushed down to
+// it as one task. Lines from parameters alone Citus evaluates on the
+// coordinator and COPYs into the shard, and a COPY turns every order
+// creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
+// connection leaves the order invisible, and its key locked, until Citus
+// recovers it (docs/RELIABILITY.md, the cluster run's finding).
+func (q *Queries) OrderItemsInsert(ctx context.Context, arg OrderItemsInsertParams) (int64, error) {
+	result, err := q.db.Exec(ctx, orderItemsInsert,
 		arg.Lines,
 		arg.Skus,
 		arg.Names,
 		arg.Quantities,
 		arg.UnitAmounts,
 		arg.Amounts,
+		arg.TenantID,
+		arg.OrderID,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const orderListNewest = `-- name: OrderListNewest :many
