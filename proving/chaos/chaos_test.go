@@ -128,7 +128,7 @@ func TestStartStackFailureIsReported(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := startStack(ctx, bin, dir, "postgres://nobody@127.0.0.1:1/none", 1, false, false, 5*time.Second, 6*time.Second)
+	s, err := startStack(ctx, bin, dir, "postgres://nobody@127.0.0.1:1/none", 1, false, false, false, 5*time.Second, 6*time.Second)
 	if err == nil {
 		s.stop()
 		t.Fatal("the stack started without an API binary")
@@ -217,6 +217,105 @@ func TestPlanNetworkFaults(t *testing.T) {
 	for _, s := range NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, CrashEvery: 400, Postgres: true}).Steps {
 		if s.Dep != "" {
 			t.Fatalf("a plan without network faults has %+v", s)
+		}
+	}
+}
+
+// TestChaosClusterShort is TestChaosShort on the scaled-out topology
+// (Config.Cluster): a Citus cluster of the run's own, three nats-servers
+// as a JetStream cluster with an R3 stream, 200 seeded intents, and every
+// fault kind of a cluster run at least once: a worker's connections from
+// the coordinator terminated, one server of the broker killed (a named one
+// and the stream's leader). It must find no violation.
+func TestChaosClusterShort(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{
+		Seed:          1,
+		Intents:       200,
+		Concurrency:   8,
+		RepoDir:       repoRoot(t),
+		WorkDir:       t.TempDir(),
+		Cluster:       true,
+		Race:          raceEnabled,
+		ProxyRate:     0.15,
+		IntentBudget:  60 * time.Second,
+		SettleTimeout: 60 * time.Second,
+		Logf:          t.Logf,
+	})
+	if rep != nil {
+		var b strings.Builder
+		rep.Print(&b)
+		t.Log("\n" + b.String())
+	}
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	if n := len(rep.Violations); n > 0 {
+		t.Errorf("%d invariant violations (listed above)", n)
+	}
+	if missing := rep.MissingFaults(); len(missing) > 0 {
+		t.Errorf("fault kinds never injected: %v", missing)
+	}
+	if rep.Unsettled != "" {
+		t.Errorf("not settled: %s", rep.Unsettled)
+	}
+	c := rep.Cluster
+	if c == nil || c.Workers != CitusWorkers || c.Distributed == 0 || c.NATSServers != natsClusterSize || c.StreamReplicas != natsClusterSize {
+		t.Errorf("topology: %+v, want %d Citus workers with distributed tables, %d nats-servers, an R%d stream", c, CitusWorkers, natsClusterSize, natsClusterSize)
+	}
+	if c != nil && c.ByNode[BrokerKilled]["stream leader"] == 0 {
+		t.Errorf("the stream's leader was never killed: %v", c.ByNode[BrokerKilled])
+	}
+}
+
+// A cluster plan terminates the coordinator's connections to both Citus
+// workers and kills every server of the broker, the stream's leader every
+// second time; the other schedules stay as they were (their hashes are
+// those of the runs docs/RELIABILITY.md records).
+func TestPlanClusterFaults(t *testing.T) {
+	t.Parallel()
+	p := NewPlan(1, PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400, Cluster: true})
+	workers, servers, leader := map[int]int{}, map[int]int{}, 0
+	for _, s := range p.Steps {
+		switch s.Kind {
+		case StepTerminateWorker:
+			workers[s.Target]++
+		case StepKillBroker:
+			if s.N == 1 {
+				leader++
+			} else {
+				servers[s.Target]++
+			}
+			if s.Target < 0 || s.Target >= natsClusterSize {
+				t.Errorf("broker kill of server %d", s.Target)
+			}
+		}
+	}
+	if workers[0] < 5 || workers[1] < 5 || len(workers) != CitusWorkers {
+		t.Errorf("worker terminations per worker: %v, want several on each of %d", workers, CitusWorkers)
+	}
+	if leader < 2 || len(servers) < 2 {
+		t.Errorf("broker kills: %d of the stream's leader, of named servers %v", leader, servers)
+	}
+	short := NewPlan(1, PlanOptions{Intents: 200, Outbox: true, ProxyRate: 0.15, CrashEvery: 400, Cluster: true})
+	kinds := map[StepKind]int{}
+	for _, s := range short.Steps {
+		kinds[s.Kind]++
+	}
+	if kinds[StepTerminateWorker] < 2 || kinds[StepKillBroker] < 2 {
+		t.Errorf("a 200-intent cluster plan has %d worker terminations and %d broker kills, want 2 of each", kinds[StepTerminateWorker], kinds[StepKillBroker])
+	}
+	for _, c := range []struct {
+		o    PlanOptions
+		hash string
+	}{
+		{PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400, Postgres: true}, "a772f1d124f3d200"},
+		{PlanOptions{Intents: 10000, Outbox: true, ProxyRate: 0.1, CrashEvery: 400, Postgres: true, Network: true}, "c3be40eaca12f283"},
+	} {
+		if h := NewPlan(1, c.o).Hash(); h != c.hash {
+			t.Errorf("schedule %+v: hash %s, want %s", c.o, h, c.hash)
 		}
 	}
 }

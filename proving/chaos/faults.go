@@ -24,6 +24,31 @@ type faultCounts struct {
 	mu    sync.Mutex
 	n     map[FaultKind]int
 	links map[string]int
+	// nodes counts a cluster run's faults per node of the cluster
+	// ("coordinator", "worker-1", "nats-0", ...).
+	nodes map[FaultKind]map[string]int
+}
+
+func (f *faultCounts) addNode(k FaultKind, node string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nodes == nil {
+		f.nodes = map[FaultKind]map[string]int{}
+	}
+	if f.nodes[k] == nil {
+		f.nodes[k] = map[string]int{}
+	}
+	f.nodes[k][node] += n
+}
+
+func (f *faultCounts) nodeSnapshot() map[FaultKind]map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[FaultKind]map[string]int{}
+	for k, m := range f.nodes {
+		out[k] = maps.Clone(m)
+	}
+	return out
 }
 
 func (f *faultCounts) addLink(dep string) {
@@ -125,7 +150,12 @@ type executor struct {
 	// the network faults (netFault).
 	outages    *record[Outage]
 	linkFaults *record[LinkFault]
-	logf       func(format string, args ...any)
+	// workers are pools on the Citus workers (nil without the cluster);
+	// tenants are the tenants' ids, which every locking read of a trap
+	// names (Citus locks rows of one shard at a time).
+	workers []*pgxpool.Pool
+	tenants []string
+	logf    func(format string, args ...any)
 }
 
 // run executes steps until the channel closes. A step that fails is
@@ -155,7 +185,12 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		err := e.db.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE application_name ~ '^oncepay-api-[0-9]+$' AND datname = current_database()`).Scan(&n)
 		e.faults.add(BackendsTerminated, n)
+		if e.workers != nil {
+			e.faults.addNode(BackendsTerminated, "coordinator", n)
+		}
 		return err
+	case StepTerminateWorker:
+		return e.terminateWorker(ctx, st.Target)
 	case StepProviderFail:
 		return e.psp.update(ctx, func(f *pspsim.Faults) { f.FailNext += st.N })
 	case StepProviderDrop:
@@ -181,9 +216,7 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 	case StepKillRecorder:
 		return e.killRecorder(ctx, st.Down)
 	case StepKillBroker:
-		e.stack.killNATS()
-		e.faults.add(BrokerKilled, 1)
-		return e.stack.restartNATS(ctx, st.Down)
+		return e.killBroker(ctx, st)
 	case StepReplay:
 		return e.replay(ctx, st.Pick)
 	case StepKillPostgres, StepPostgresOutage:
@@ -202,8 +235,9 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 // (apiName). That process is SIGKILLed while it waits, and only then are
 // the locks released: its write never commits.
 type trap struct {
-	// lock selects and locks the rows, e.g. "SELECT id FROM payments WHERE
-	// status = 'pending' FOR UPDATE SKIP LOCKED".
+	// lock selects and locks the rows of the tenant $1, e.g. "SELECT id
+	// FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE
+	// SKIP LOCKED"; a try runs it for every tenant.
 	lock string
 	// waiting matches (LIKE) the query text of the blocked UPDATE; sqlc puts
 	// the query's name in it ("-- name: PaymentSucceed :one").
@@ -217,18 +251,18 @@ var (
 	// waits (drill 6).
 	markTrap = trap{
 		lock: `SELECT id FROM outbox_events
-			WHERE published_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()
+			WHERE tenant_id = $1 AND published_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()
 			FOR UPDATE SKIP LOCKED`,
 		waiting: []string{"%SET published_at%"},
 	}
 	// recordTrap: pending payments and refunds; the provider has answered
 	// and phase 2 (or the webhook worker) records the outcome (drill 7).
 	recordTrap = trap{
-		lock:    `SELECT id FROM payments WHERE status = 'pending' FOR UPDATE SKIP LOCKED`,
+		lock:    `SELECT id FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
 		waiting: []string{"%name: PaymentSucceed %", "%name: PaymentFail %"},
 	}
 	refundRecordTrap = trap{
-		lock:    `SELECT id FROM refunds WHERE status = 'pending' FOR UPDATE SKIP LOCKED`,
+		lock:    `SELECT id FROM refunds WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
 		waiting: []string{"%name: RefundSucceed %", "%name: RefundFail %"},
 	}
 )
@@ -260,18 +294,23 @@ func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err err
 		return victim, 0, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, t.lock)
-	if err != nil {
-		return victim, 0, err
+	for _, tenant := range e.tenants {
+		rows, err := tx.Query(ctx, t.lock, tenant)
+		if err != nil {
+			return victim, 0, err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[any])
+		if err != nil {
+			return victim, 0, err
+		}
+		held += len(locked)
 	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[any])
-	if err != nil || len(locked) == 0 {
-		return victim, 0, err
+	if held == 0 {
+		return victim, 0, nil
 	}
-	held = len(locked)
 	until := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(until) {
-		names, err := waiters(ctx, e.db, t.waiting)
+		names, err := e.waiters(ctx, t.waiting)
 		if err != nil {
 			return victim, held, err
 		}
@@ -296,14 +335,87 @@ func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err err
 // waiters returns the application names (apiName) of the APIs'
 // connections whose query matches one of the patterns and waits on a lock:
 // each names the process on the other end, also through a fault proxy.
-func waiters(ctx context.Context, db *pgxpool.Pool, patterns []string) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE application_name LIKE 'oncepay-api-%' AND datname = current_database()
-		  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
+//
+// On Citus the wait is on a worker: the API's statement, on the
+// coordinator, waits for the worker's answer (ClientRead), and the
+// coordinator's connection to the worker waits on the lock there. That
+// connection's application_name, "citus_internal gpid=N", names the
+// coordinator's backend: N is its node id times 10^10 plus its pid.
+func (e *executor) waiters(ctx context.Context, patterns []string) ([]string, error) {
+	if e.workers == nil {
+		rows, err := e.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
+			WHERE application_name LIKE 'oncepay-api-%' AND datname = current_database()
+			  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	var pids []int64
+	for _, w := range e.workers {
+		rows, err := w.Query(ctx, `SELECT substring(application_name FROM '^citus_internal gpid=([0-9]+)$')::bigint % 10000000000
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name ~ '^citus_internal gpid=[0-9]+$'`)
+		if err != nil {
+			return nil, err
+		}
+		some, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, some...)
+	}
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	rows, err := e.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE pid = ANY ($1) AND application_name LIKE 'oncepay-api-%' AND datname = current_database()
+		  AND query LIKE ANY ($2)`, pids, patterns)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// terminateWorker ends, on Citus worker i, every connection the
+// coordinator holds to it (application_name "citus_internal ..."): the
+// APIs' statements and transactions that run on that worker's shards
+// fail mid-way, and the coordinator connects again.
+func (e *executor) terminateWorker(ctx context.Context, i int) error {
+	if i < 0 || i >= len(e.workers) {
+		return fmt.Errorf("no Citus worker %d", i)
+	}
+	var n int
+	err := e.workers[i].QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+		  AND application_name LIKE 'citus_internal%'`).Scan(&n)
+	e.faults.add(WorkerBackendsTerminated, n)
+	e.faults.addNode(WorkerBackendsTerminated, fmt.Sprintf("worker-%d", i+1), n)
+	return err
+}
+
+// killBroker SIGKILLs one nats-server (in a cluster run the one the step
+// names, or, with st.N == 1, the event stream's leader of the moment) and
+// starts it again on its ports and store after st.Down.
+func (e *executor) killBroker(ctx context.Context, st Step) error {
+	i := 0
+	if e.stack.cluster {
+		i = st.Target % len(e.stack.nats)
+		if st.N == 1 {
+			leader, err := e.stack.streamLeader(ctx)
+			if err != nil {
+				e.logf("chaos: the stream's leader: %v; killing nats-%d instead", err, i)
+			} else {
+				i = leader
+				e.faults.addNode(BrokerKilled, "stream leader", 1)
+			}
+		}
+		e.faults.addNode(BrokerKilled, fmt.Sprintf("nats-%d", i), 1)
+		e.logf("chaos: killing nats-%d for %v", i, st.Down.Round(time.Millisecond))
+	}
+	e.stack.killNATS(i)
+	e.faults.add(BrokerKilled, 1)
+	return e.stack.restartNATS(ctx, i, st.Down)
 }
 
 // killDispatcher kills an API process exactly between its dispatcher's

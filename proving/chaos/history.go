@@ -223,6 +223,8 @@ type LedgerRefund struct {
 type StreamState struct {
 	// MessageIDs counts the stored messages per Nats-Msg-Id (the event id).
 	MessageIDs map[string]int `json:"message_ids"`
+	// Replicas is the stream's replica count (3 on a cluster run).
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // Outcome is what the client of one intent saw, call by call.

@@ -32,6 +32,12 @@ const (
 	// APIs (application_name = 'oncepay'): transactions in flight abort, the
 	// pools reconnect. Counted per terminated backend.
 	BackendsTerminated FaultKind = "pg_backend_terminated"
+	// WorkerBackendsTerminated: in a cluster run, pg_terminate_backend on
+	// a Citus worker of every connection the coordinator holds to it
+	// (application_name 'citus_internal ...'): the APIs' statements and
+	// transactions on that worker's shards fail mid-way, the coordinator
+	// connects again. Counted per terminated backend.
+	WorkerBackendsTerminated FaultKind = "pg_worker_backend_terminated"
 	// RecorderKilled: the API process that is recording a provider's answer
 	// (phase 2 of a payment or refund, or the webhook worker applying it) is
 	// SIGKILLed right there: the money moved and we have no record of it yet
@@ -64,7 +70,11 @@ const (
 	// outbox treats exactly like a crash.
 	MarkBlocked FaultKind = "dispatcher_mark_failed"
 	// BrokerKilled: SIGKILL of the nats-server and its restart on the same
-	// port and store: publishes fail meanwhile, consumers reconnect.
+	// port and store: publishes fail meanwhile, consumers reconnect. In a
+	// cluster run one server of the three (the stream's leader every
+	// second time): the stream keeps its quorum and elects another leader,
+	// publishes in flight fail or wait for it, and the restarted server
+	// catches up.
 	BrokerKilled FaultKind = "broker_killed"
 	// OperatorReplayed: `api outbox replay <event-id>` of a published event:
 	// the consumers get it again and must ignore it (rule 8).
@@ -96,7 +106,7 @@ const (
 
 // FaultKinds lists every fault, in report order.
 var FaultKinds = []FaultKind{
-	ResponseDropped, ConnectionReset, APIKilled, RecorderKilled, BackendsTerminated, ProviderFailed, ProviderTimedOut,
+	ResponseDropped, ConnectionReset, APIKilled, RecorderKilled, BackendsTerminated, WorkerBackendsTerminated, ProviderFailed, ProviderTimedOut,
 	ProviderDropped, WebhookDuplicated, WebhookReordered, DispatcherKilled, MarkBlocked, BrokerKilled, OperatorReplayed,
 	PostgresKilled, PostgresOutage, NetworkLatency, NetworkCut, NetworkBlackhole, NetworkBandwidth,
 }
@@ -113,6 +123,12 @@ func needsOwnPostgres(k FaultKind) bool {
 	return k == PostgresKilled || k == PostgresOutage
 }
 
+// needsCluster reports whether a fault kind exists only in a cluster run
+// (Config.Cluster).
+func needsCluster(k FaultKind) bool {
+	return k == WorkerBackendsTerminated
+}
+
 // needsNetwork reports whether a fault kind exists only with the fault
 // proxies in front of the dependencies (Config.NetFaults).
 func needsNetwork(k FaultKind) bool {
@@ -126,6 +142,7 @@ type StepKind string
 const (
 	StepKillAPI         StepKind = "kill_api"
 	StepTerminatePG     StepKind = "pg_terminate_backend"
+	StepTerminateWorker StepKind = "pg_terminate_worker_backends"
 	StepProviderFail    StepKind = "provider_fail_next"
 	StepProviderTimeout StepKind = "provider_timeout_next"
 	StepProviderDrop    StepKind = "provider_drop_next"
@@ -148,11 +165,15 @@ const (
 type Step struct {
 	At   int      `json:"at"`
 	Kind StepKind `json:"kind"`
-	// Target is the API process (0 or 1) a kill hits.
+	// Target is the API process (0 or 1) a kill hits, the nats-server (0
+	// to 2) a broker kill of a cluster run hits, the Citus worker (0 or 1)
+	// whose connections a worker step terminates.
 	Target int `json:"target,omitempty"`
 	// N is the count of a one-shot provider fault or of webhook duplicates;
 	// for a window, 0 turns it off; for a kill of PostgreSQL, 1 kills every
-	// server process at once, 0 the postmaster alone.
+	// server process at once, 0 the postmaster alone; for a broker kill of
+	// a cluster run, 1 kills the stream's leader of the moment instead of
+	// Target.
 	N int `json:"n,omitempty"`
 	// Down is how long a killed process (or a stopped database) stays down
 	// before its restart, or how long a network fault lasts.
@@ -229,6 +250,10 @@ type PlanOptions struct {
 	// Postgres adds the database faults (postgres_killed, postgres_outage):
 	// the run owns its PostgreSQL.
 	Postgres bool
+	// Cluster adds the faults of the scaled-out topology: the Citus
+	// workers' connections terminated, and more broker kills, each of one
+	// server of the three (Target, or the stream's leader).
+	Cluster bool
 	// Network adds the network faults between the APIs and their
 	// dependencies (network_latency, network_cut, network_blackhole,
 	// network_bandwidth), each on a link drawn from Dependencies.
@@ -393,6 +418,26 @@ func timeline(r *rand.Rand, n int, o PlanOptions) []Step {
 					st.N, st.Down = 16+r.IntN(49), ms(2000, 8000)
 				}
 				steps = append(steps, st)
+			}
+		}
+	}
+	// Drawn after those, for the same reason. Every broker kill hits one
+	// server of the cluster: a server drawn at random, or, every second
+	// time, whichever leads the stream then.
+	if o.Cluster {
+		for i := range times(400, 2) {
+			steps = append(steps, Step{At: at(), Kind: StepTerminateWorker, Target: i % 2})
+		}
+		if o.Outbox {
+			for range times(2500, 1) {
+				steps = append(steps, Step{At: early(), Kind: StepKillBroker, Down: time.Duration(200+r.IntN(1800)) * time.Millisecond})
+			}
+			kills := 0
+			for i := range steps {
+				if steps[i].Kind == StepKillBroker {
+					steps[i].Target, steps[i].N = r.IntN(3), kills%2
+					kills++
+				}
 			}
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -21,7 +23,13 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.DBFaults {
 		pgNote = " (the run's own cluster, killed and stopped on schedule)"
 	}
-	p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s%s", pgNote, map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
+	if c := rep.Cluster; c != nil {
+		p("  stack: 2 x api serve, 1 pspsim, Citus %s (the run's own: a coordinator and %d workers; %d tables distributed by tenant, %d reference tables; shards %s)%s",
+			c.Citus, c.Workers, c.Distributed, c.Reference, nodeCounts(c.Shards), map[bool]string{true: fmt.Sprintf(", %d nats-servers as a JetStream cluster (stream R%d)", c.NATSServers, c.StreamReplicas), false: ""}[rep.Features.Dispatcher])
+		p("  cluster run: no whole-database faults (postgres_killed, postgres_outage) and no network faults; the APIs reach the coordinator and the servers directly")
+	} else {
+		p("  stack: 2 x api serve, 1 pspsim, PostgreSQL%s%s", pgNote, map[bool]string{true: ", 1 nats-server", false: ""}[rep.Features.Dispatcher])
+	}
 	if rep.NetFaults {
 		p("  the APIs reach PostgreSQL, NATS and the provider through fault proxies (toxiproxy) that break the links on schedule")
 	}
@@ -33,6 +41,9 @@ func (rep *Report) Print(w io.Writer) {
 	p("  outbox: %s", rep.OutboxNote)
 	p("  time: load %v, settle %v, total %v", rep.Load.Round(time.Second), rep.Settle.Round(time.Second), rep.Total.Round(time.Second))
 	p("  work dir: %s", rep.WorkDir)
+	if rep.Cluster != nil && len(rep.Cluster.Dirs) > 0 {
+		p("  Citus nodes kept in %s (their logs: citus-*.log in the work dir)", strings.Join(rep.Cluster.Dirs, ", "))
+	}
 	if rep.PostgresDir != "" {
 		p("  PostgreSQL cluster kept in %s (its log: postgres.log in the work dir)", rep.PostgresDir)
 	}
@@ -68,11 +79,23 @@ func (rep *Report) Print(w io.Writer) {
 			p("  %-45s n/a (no database faults)", k)
 			continue
 		}
+		if needsCluster(k) && rep.Cluster == nil {
+			p("  %-45s n/a (no cluster)", k)
+			continue
+		}
 		if needsNetwork(k) && !rep.NetFaults {
 			p("  %-45s n/a (no network faults)", k)
 			continue
 		}
 		p("  %-45s %d", k, rep.Faults[k])
+	}
+	if c := rep.Cluster; c != nil {
+		for _, k := range []FaultKind{BackendsTerminated, WorkerBackendsTerminated, BrokerKilled} {
+			if k == BrokerKilled && !rep.Features.Dispatcher {
+				continue
+			}
+			p("  %s by node: %s", k, nodeCounts(c.ByNode[k]))
+		}
 	}
 	if rep.NetFaults {
 		p("  network faults by link: %s %d, %s %d, %s %d", DepPostgres, rep.NetworkByLink[DepPostgres],
@@ -111,7 +134,8 @@ func (rep *Report) Print(w io.Writer) {
 func (rep *Report) MissingFaults() []FaultKind {
 	var out []FaultKind
 	for _, k := range FaultKinds {
-		if needsOutbox(k) && !rep.Features.Dispatcher || needsOwnPostgres(k) && !rep.DBFaults || needsNetwork(k) && !rep.NetFaults {
+		if needsOutbox(k) && !rep.Features.Dispatcher || needsOwnPostgres(k) && !rep.DBFaults || needsNetwork(k) && !rep.NetFaults ||
+			needsCluster(k) && rep.Cluster == nil {
 			continue
 		}
 		if k == MarkBlocked {
@@ -130,6 +154,19 @@ func (rep *Report) MissingFaults() []FaultKind {
 		}
 	}
 	return slices.Clip(out)
+}
+
+// nodeCounts prints per-node counts in the order of the nodes' names
+// ("none" for none).
+func nodeCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WriteJSON writes the report (without the history, which history.json in

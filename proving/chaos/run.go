@@ -50,6 +50,15 @@ type Config struct {
 	// those links: latency, connections cut, a peer that never answers, a
 	// narrow link.
 	NetFaults bool
+	// Cluster runs against the scaled-out topology: a Citus cluster of the
+	// run's own (StartCitus: a coordinator and two workers; the APIs on the
+	// coordinator, the schema distributed by tenant) and, with the outbox,
+	// a JetStream cluster of three nats-servers with an R3 stream. It adds
+	// the cluster's faults (a worker's connections from the coordinator
+	// terminated, broker kills of one server, the stream's leader among
+	// them). The whole-database faults and the network faults do not fit
+	// it: DBFaults and NetFaults must be off, DatabaseURL empty.
+	Cluster bool
 	// KeepPostgres keeps the private cluster's folder also when the run
 	// passed (a failed run always keeps it).
 	KeepPostgres bool
@@ -92,6 +101,10 @@ func (c *Config) defaults() error {
 	}
 	if c.RepoDir == "" || c.WorkDir == "" {
 		return errors.New("chaos: RepoDir and WorkDir are required")
+	}
+	if c.Cluster && (c.DBFaults || c.NetFaults || c.DatabaseURL != "") {
+		return errors.New("chaos: a cluster run starts its own Citus cluster and takes neither database nor network faults: " +
+			"DBFaults and NetFaults off, DatabaseURL empty")
 	}
 	if c.DBFaults && c.DatabaseURL != "" {
 		return errors.New("chaos: DBFaults crash the database: they need the run's own cluster, not DatabaseURL")
@@ -157,6 +170,9 @@ type Report struct {
 	// the APIs went around it.
 	LinkBytes   map[string]int64 `json:"link_bytes,omitempty"`
 	PostgresDir string           `json:"postgres_dir,omitempty"`
+	// Cluster describes the scaled-out topology of a cluster run (nil
+	// otherwise).
+	Cluster *ClusterFacts `json:"cluster,omitempty"`
 	// Outages sums up the database's absences; GaveUp counts the calls
 	// whose client gave up while the database was away (resumed after
 	// settling, see gaveUpDuringOutage).
@@ -186,6 +202,29 @@ type Report struct {
 	WorkDir      string        `json:"work_dir"`
 	History      *History      `json:"-"`
 	Plan         *Plan         `json:"-"`
+}
+
+// ClusterFacts describe a cluster run's topology and what its faults hit.
+type ClusterFacts struct {
+	// Citus is the extension's version; Distributed and Reference count
+	// the tables the migrations distributed by tenant and copied to every
+	// node; Shards counts the shards per worker ("worker-1": n).
+	Citus       string         `json:"citus"`
+	Workers     int            `json:"workers"`
+	Distributed int            `json:"distributed_tables"`
+	Reference   int            `json:"reference_tables"`
+	Shards      map[string]int `json:"shards_per_worker"`
+	// NATSServers and StreamReplicas: the JetStream cluster and its event
+	// stream's replicas (0 without the outbox).
+	NATSServers    int `json:"nats_servers"`
+	StreamReplicas int `json:"stream_replicas"`
+	// ByNode counts faults per node: pg_backend_terminated on the
+	// "coordinator", pg_worker_backend_terminated per "worker-N",
+	// broker_killed per "nats-N" (and how many of those hit the "stream
+	// leader").
+	ByNode map[FaultKind]map[string]int `json:"faults_by_node"`
+	// Dirs are the nodes' folders when they were kept.
+	Dirs []string `json:"dirs,omitempty"`
 }
 
 // OutageStats sum up the database's absences of a run.
@@ -276,7 +315,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	rep.Features = Features{Dispatcher: outbox, Fulfillment: outbox}
-	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery, Postgres: cfg.DBFaults, Network: cfg.NetFaults})
+	plan := NewPlan(cfg.Seed, PlanOptions{Intents: cfg.Intents, Outbox: outbox, ProxyRate: cfg.ProxyRate, CrashEvery: cfg.CrashEvery,
+		Postgres: cfg.DBFaults, Network: cfg.NetFaults, Cluster: cfg.Cluster})
 	rep.Plan, rep.PlanHash = plan, plan.Hash()
 	if err := writeJSON(filepath.Join(cfg.WorkDir, "plan.json"), plan); err != nil {
 		return nil, err
@@ -286,7 +326,32 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	dbURL := cfg.DatabaseURL
 	var pg *Postgres
-	if dbURL == "" {
+	var citus *Citus
+	var workers []*pgxpool.Pool
+	switch {
+	case cfg.Cluster:
+		if citus, err = StartCitus(ctx, cfg.WorkDir); err != nil {
+			return nil, err
+		}
+		rep.Cluster = &ClusterFacts{Workers: len(citus.Workers)}
+		defer func() {
+			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			citus.Close(keep)
+			if keep {
+				rep.Cluster.Dirs = citus.Dirs()
+			}
+		}()
+		dbURL = citus.URL()
+		for _, w := range citus.Workers {
+			p, err := openDB(ctx, w.URL())
+			if err != nil {
+				return nil, err
+			}
+			defer p.Close()
+			workers = append(workers, p)
+		}
+		logf("chaos: private Citus cluster, coordinator at %s, %d workers (folders %s)", dbURL, len(citus.Workers), strings.Join(citus.Dirs(), ", "))
+	case dbURL == "":
 		if pg, err = StartPostgres(ctx, cfg.WorkDir); err != nil {
 			return nil, err
 		}
@@ -306,13 +371,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	defer db.Close()
-	st, err := startStack(ctx, bin, cfg.WorkDir, dbURL, cfg.Seed, outbox, cfg.NetFaults, cfg.ProviderKeyRetention, cfg.Lease)
+	st, err := startStack(ctx, bin, cfg.WorkDir, dbURL, cfg.Seed, outbox, cfg.NetFaults, cfg.Cluster, cfg.ProviderKeyRetention, cfg.Lease)
 	if err != nil {
 		return nil, err
 	}
-	st.pg = pg
+	st.pg, st.citus = pg, citus
 	defer st.stop()
-	r := &runner{cfg: cfg, plan: plan, db: db, stack: st, rep: rep, faults: &faultCounts{}, outages: &record[Outage]{}, linkFaults: &record[LinkFault]{},
+	r := &runner{cfg: cfg, plan: plan, db: db, workers: workers, stack: st, rep: rep, faults: &faultCounts{}, outages: &record[Outage]{}, linkFaults: &record[LinkFault]{},
 		psp: &pspAdmin{url: st.pspURL, hc: &http.Client{Timeout: 10 * time.Second, Transport: bearer{key: st.pspKey, next: http.DefaultTransport}}}}
 	if err := r.run(ctx); err != nil {
 		return rep, err
@@ -326,6 +391,8 @@ type runner struct {
 	cfg        Config
 	plan       *Plan
 	db         *pgxpool.Pool
+	workers    []*pgxpool.Pool
+	tenants    []string
 	stack      *stack
 	psp        *pspAdmin
 	proxy      *Proxy
@@ -350,6 +417,18 @@ func (r *runner) run(ctx context.Context) error {
 	before, err := stock(ctx, r.db)
 	if err != nil {
 		return err
+	}
+	if r.tenants, err = scanAll(ctx, r.db, `SELECT id::text FROM tenants ORDER BY 1`,
+		func(row pgx.Rows) (s string, err error) { return s, row.Scan(&s) }); err != nil {
+		return fmt.Errorf("read the tenants: %w", err)
+	}
+	if r.rep.Cluster != nil {
+		if err := r.describeCluster(ctx); err != nil {
+			return err
+		}
+		f := r.rep.Cluster
+		logf("chaos: citus %s, %d distributed and %d reference tables, shards per worker %v; %d nats-servers",
+			f.Citus, f.Distributed, f.Reference, f.Shards, f.NATSServers)
 	}
 	if r.proxy, err = StartProxy(r.plan, r.stack.addrs()); err != nil {
 		return err
@@ -411,7 +490,7 @@ func (r *runner) load(ctx context.Context) []Outcome {
 	kills := make(chan Step, len(r.plan.Steps))
 	others := make(chan Step, len(r.plan.Steps))
 	network := make(chan Step, len(r.plan.Steps))
-	ex := &executor{stack: r.stack, db: r.db, psp: r.psp, faults: r.faults, outages: r.outages, linkFaults: r.linkFaults, logf: r.cfg.Logf}
+	ex := &executor{stack: r.stack, db: r.db, workers: r.workers, tenants: r.tenants, psp: r.psp, faults: r.faults, outages: r.outages, linkFaults: r.linkFaults, logf: r.cfg.Logf}
 	var exWG sync.WaitGroup
 	exWG.Go(func() { ex.run(ctx, kills) })
 	exWG.Go(func() { ex.run(ctx, others) })
@@ -508,7 +587,8 @@ func (r *runner) inFlight(ctx context.Context) (string, error) {
 	if r.rep.Features.Fulfillment {
 		checks = append(checks, [2]string{"unconsumed events", `SELECT count(*) FROM outbox_events e
 			WHERE e.event_type IN ('payment.succeeded', 'refund.succeeded') AND NOT EXISTS (
-				SELECT 1 FROM processed_messages m WHERE m.message_id = e.id::text AND m.subscriber = 'fulfillment')`})
+				SELECT 1 FROM processed_messages m
+				WHERE m.tenant_id = e.tenant_id AND m.message_id = e.id::text AND m.subscriber = 'fulfillment')`})
 	}
 	var parts []string
 	for _, c := range checks {
@@ -603,6 +683,12 @@ func (r *runner) finish(ctx context.Context, h History) {
 	}
 	rep.Faults = f
 	rep.NetworkByLink = r.faults.linkSnapshot()
+	if rep.Cluster != nil {
+		rep.Cluster.ByNode = r.faults.nodeSnapshot()
+		if h.Stream != nil {
+			rep.Cluster.StreamReplicas = h.Stream.Replicas
+		}
+	}
 	if r.stack.links != nil {
 		rep.LinkBytes = r.stack.links.bytes()
 	}
@@ -613,6 +699,32 @@ func (r *runner) finish(ctx context.Context, h History) {
 	if err := writeJSON(filepath.Join(r.cfg.WorkDir, "history.json"), h); err != nil {
 		r.cfg.Logf("chaos: save history: %v", err)
 	}
+}
+
+// describeCluster records the Citus cluster's facts: the extension's
+// version, the tables the migrations distributed, where their shards are.
+func (r *runner) describeCluster(ctx context.Context) error {
+	f := r.rep.Cluster
+	f.NATSServers = len(r.stack.nats)
+	if err := r.db.QueryRow(ctx, `SELECT extversion FROM pg_extension WHERE extname = 'citus'`).Scan(&f.Citus); err != nil {
+		return fmt.Errorf("the citus extension: %w", err)
+	}
+	if err := r.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE partmethod = 'h'), count(*) FILTER (WHERE partmethod = 'n')
+		FROM pg_dist_partition`).Scan(&f.Distributed, &f.Reference); err != nil {
+		return fmt.Errorf("the distributed tables: %w", err)
+	}
+	if f.Distributed == 0 {
+		return errors.New("the migrations distributed no table on the Citus cluster")
+	}
+	f.Shards = map[string]int{}
+	for i, w := range r.stack.citus.Workers {
+		var n int
+		if err := r.db.QueryRow(ctx, `SELECT count(*) FROM pg_dist_shard_placement WHERE nodeport = $1`, w.port).Scan(&n); err != nil {
+			return fmt.Errorf("the shards of worker %d: %w", i+1, err)
+		}
+		f.Shards[fmt.Sprintf("worker-%d", i+1)] = n
+	}
+	return nil
 }
 
 func writeJSON(path string, v any) error {

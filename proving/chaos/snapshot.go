@@ -212,6 +212,7 @@ func fetchStream(ctx context.Context, natsURL string) (*StreamState, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.Replicas = info.Config.Replicas
 	total := info.State.Msgs
 	if total == 0 {
 		return st, nil

@@ -87,10 +87,13 @@ type stack struct {
 	// keyRetention is how long the provider remembers idempotency keys.
 	keyRetention time.Duration
 	// lease is the APIs' IDEMPOTENCY_LEASE.
-	lease   time.Duration
+	lease time.Duration
+	// natsURL lists the broker's servers (comma-separated, as NATS_URL
+	// takes them); cluster is set for a cluster run: three servers, an R3
+	// stream, the Citus cluster in citus.
 	natsURL string
-	natsDir string
-	natsPrt int
+	cluster bool
+	citus   *Citus
 
 	// pg is the run's own PostgreSQL (nil on a server of the caller's).
 	pg *Postgres
@@ -101,7 +104,7 @@ type stack struct {
 	apiDB, apiNATS, apiPSP string
 
 	mu   sync.Mutex
-	nats *proc
+	nats []*natsNode
 	apis [2]*apiProc
 }
 
@@ -222,8 +225,9 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // On error everything already started is stopped. s is not the named
 // result: every error path returns nil for it, and the cleanup must still
 // see what was started so far.
-func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox, netFaults bool, keyRetention, lease time.Duration) (_ *stack, err error) {
-	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), pspKey: providerKey(), seed: seed, outbox: outbox, pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
+func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint64, outbox, netFaults, cluster bool, keyRetention, lease time.Duration) (_ *stack, err error) {
+	s := &stack{bin: bin, dir: dir, dbURL: dbURL, secret: webhookSecret(), pspKey: providerKey(), seed: seed, outbox: outbox, cluster: cluster,
+		pspLog: &pspLog{}, keyRetention: keyRetention, lease: lease}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -252,12 +256,7 @@ func startStack(ctx context.Context, bin Binaries, dir, dbURL string, seed uint6
 		return nil, err
 	}
 	if outbox {
-		if s.natsPrt, err = freePort(); err != nil {
-			return nil, err
-		}
-		s.natsDir = filepath.Join(dir, "nats")
-		s.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", s.natsPrt)
-		if err := s.startNATS(ctx); err != nil {
+		if err := s.startBroker(ctx); err != nil {
 			return nil, err
 		}
 		if s.apiNATS, err = through(DepNATS, s.natsURL); err != nil {
@@ -310,36 +309,6 @@ func (s *stack) startPSP(ctx context.Context) error {
 	return nil
 }
 
-func (s *stack) startNATS(ctx context.Context) error {
-	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.natsPrt), "-js", "-sd", s.natsDir, "-n", "oncepay-chaos"}
-	p, err := startProc("nats-server", s.bin.NATS, args, baseEnv(), s.dir, &s.races, nil)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.nats = p
-	s.mu.Unlock()
-	ready, fire := signalOnce()
-	go func() {
-		deadline := time.Now().Add(readyTimeout)
-		for p.alive() && ctx.Err() == nil && time.Now().Before(deadline) {
-			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.natsPrt), 200*time.Millisecond)
-			if err == nil {
-				c.Close()
-				fire()
-				return
-			}
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-p.done:
-				t.Stop()
-			}
-		}
-	}()
-	return p.waitReady(ctx, ready, readyTimeout)
-}
-
 // apiEnv is the configuration of both API processes. Leases, timeouts and
 // intervals are shorter than the defaults so that a run settles in seconds,
 // and keep their proportions: the provider timeout and the write timeout
@@ -372,6 +341,9 @@ func (s *stack) apiEnv(i int, addr string) []string {
 	)
 	if s.outbox {
 		env = append(env, "NATS_URL="+s.apiNATS)
+		if s.cluster {
+			env = append(env, fmt.Sprintf("NATS_STREAM_REPLICAS=%d", natsClusterSize))
+		}
 	}
 	return env
 }
@@ -433,22 +405,6 @@ func (s *stack) restartAPI(ctx context.Context, i int, down time.Duration) error
 	return s.startAPI(ctx, i)
 }
 
-// killNATS SIGKILLs the broker; restartNATS brings it back on its port and
-// store.
-func (s *stack) killNATS() {
-	s.mu.Lock()
-	p := s.nats
-	s.mu.Unlock()
-	p.kill()
-}
-
-func (s *stack) restartNATS(ctx context.Context, down time.Duration) error {
-	if err := pause(ctx, down); err != nil {
-		return err
-	}
-	return s.startNATS(ctx)
-}
-
 // ensureUp restarts whatever is down (after a fault step failed midway),
 // except a database that a fault step keeps away on purpose.
 func (s *stack) ensureUp(ctx context.Context) error {
@@ -456,12 +412,9 @@ func (s *stack) ensureUp(ctx context.Context) error {
 	if s.pg != nil && !s.pg.held.Load() && !s.pg.alive() {
 		errs = append(errs, s.pg.Start(ctx))
 	}
-	if s.outbox {
-		s.mu.Lock()
-		p := s.nats
-		s.mu.Unlock()
-		if !p.alive() {
-			errs = append(errs, s.startNATS(ctx))
+	for i := range s.nats {
+		if p := s.natsProc(i); p == nil || !p.alive() {
+			errs = append(errs, s.startNATS(ctx, i))
 		}
 	}
 	for i := range s.apis {
@@ -482,12 +435,12 @@ func (s *stack) stop() {
 		}
 	}
 	wg.Wait()
-	s.mu.Lock()
-	n := s.nats
-	s.mu.Unlock()
-	if n != nil {
-		n.stop(5 * time.Second)
+	for i := range s.nats {
+		if p := s.natsProc(i); p != nil {
+			wg.Go(func() { p.stop(5 * time.Second) })
+		}
 	}
+	wg.Wait()
 	if s.psp != nil {
 		s.psp.stop(5 * time.Second)
 	}

@@ -2,7 +2,7 @@
 // and checks that nothing was charged twice (package proving/chaos does
 // the work; docs/RELIABILITY.md explains it).
 //
-//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race] [--db-faults=false] [--net-faults=false]
+//	chaos [--intents 10000] [--seed 1] [--concurrency 32] [--outbox auto|on|off] [--race] [--db-faults=false] [--net-faults=false] [--cluster]
 //
 // By default it starts a private PostgreSQL cluster of its own (initdb in a
 // temporary folder, a free 127.0.0.1 port), because it kills and stops that
@@ -12,7 +12,11 @@
 // create databases), creates a fresh database there and drops it afterwards
 // on the same terms, and takes no fault to the database server. The
 // binaries, every process's log, the schedule (plan.json) and the recorded
-// history (history.json) stay in the work folder. It exits non-zero when an
+// history (history.json) stay in the work folder. With --cluster it runs
+// against the scaled-out topology instead: a Citus cluster of its own (a
+// coordinator and two workers) and three nats-servers as a JetStream
+// cluster, with the cluster's faults and without the whole-database and
+// network faults. It exits non-zero when an
 // invariant was violated or the run could not be carried out.
 package main
 
@@ -68,14 +72,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		netFaults   = fs.Bool("net-faults", true, "put a fault proxy (toxiproxy) between the APIs and PostgreSQL, NATS and the provider, and break those links on schedule: latency, connections cut, a peer that never answers, a narrow link")
 		dbURL       = fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL server to create the run's database on, with --db-faults=false [DATABASE_URL]")
 		jsonOut     = fs.String("json", "", "also write the report as JSON to this file")
+		cluster     = fs.Bool("cluster", false, "run against the scaled-out topology: a Citus cluster of the run's own (coordinator and 2 workers) and 3 nats-servers as a JetStream cluster (R3 stream); "+
+			"adds a worker's connections terminated and broker kills of one server (the stream's leader among them); no database or network faults")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *cluster {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["db-faults"] && *dbFaults || set["net-faults"] && *netFaults {
+			return errors.New("--cluster takes neither database (--db-faults) nor network (--net-faults) faults")
+		}
+		*dbFaults, *netFaults = false, false
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if !*dbFaults && *dbURL == "" {
+	if !*dbFaults && !*cluster && *dbURL == "" {
 		return errors.New("DATABASE_URL is required with --db-faults=false (by default the run starts a PostgreSQL of its own)")
 	}
 	if *lease <= chaos.WriteTimeout {
@@ -92,12 +106,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer cancel()
 
 	runURL, drop := "", func(context.Context) error { return nil }
-	if *dbFaults {
+	switch {
+	case *cluster:
+		if *dbURL != "" {
+			fmt.Fprintln(stdout, "chaos: DATABASE_URL is not used: a cluster run starts a Citus cluster of its own")
+		}
+	case *dbFaults:
 		if *dbURL != "" {
 			fmt.Fprintln(stdout, "chaos: DATABASE_URL is not used: the database faults need a cluster the run owns (--db-faults=false runs on DATABASE_URL)")
 		}
-	} else if runURL, drop, err = createDatabase(ctx, *dbURL, fmt.Sprintf("chaos_%d_%d", *seed, time.Now().Unix())); err != nil {
-		return err
+	default:
+		if runURL, drop, err = createDatabase(ctx, *dbURL, fmt.Sprintf("chaos_%d_%d", *seed, time.Now().Unix())); err != nil {
+			return err
+		}
 	}
 	rep, err := chaos.Run(ctx, chaos.Config{
 		Seed:           *seed,
@@ -108,6 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		DatabaseURL:    runURL,
 		DBFaults:       *dbFaults,
 		NetFaults:      *netFaults,
+		Cluster:        *cluster,
 		KeepPostgres:   *keepDB,
 		Race:           *race,
 		Outbox:         *outbox,
@@ -128,6 +150,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	failed := err != nil || rep == nil || len(rep.Violations) > 0
 	switch {
 	case runURL == "":
+		if rep != nil && rep.Cluster != nil && len(rep.Cluster.Dirs) > 0 {
+			fmt.Fprintf(stdout, "Citus nodes kept for inspection in %s (start each, as its owner, with: pg_ctl -D DIR/data start)\n", strings.Join(rep.Cluster.Dirs, ", "))
+		}
 		if rep != nil && rep.PostgresDir != "" {
 			fmt.Fprintf(stdout, "private PostgreSQL cluster kept for inspection in %s (start it, as its owner, with: pg_ctl -D %s/data start)\n", rep.PostgresDir, rep.PostgresDir)
 		}

@@ -16,7 +16,7 @@ func TestRunHelpAndUsageErrors(t *testing.T) {
 	if err := run(context.Background(), []string{"--help"}, noEnv, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, f := range []string{"-intents", "-seed", "-crash-every", "-lease", "-client-attempts", "-outbox", "-db-faults"} {
+	for _, f := range []string{"-intents", "-seed", "-crash-every", "-lease", "-client-attempts", "-outbox", "-db-faults", "-cluster"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not list %s:\n%s", f, out.String())
 		}
@@ -26,6 +26,11 @@ func TestRunHelpAndUsageErrors(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"extra"}, noEnv, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Errorf("with an argument: %v", err)
+	}
+	for _, args := range [][]string{{"--cluster", "--db-faults"}, {"--cluster", "--net-faults=true"}} {
+		if err := run(context.Background(), args, noEnv, &out); err == nil || !strings.Contains(err.Error(), "--cluster takes neither") {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 	withDB := func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] }
 	if err := run(context.Background(), []string{"--lease", "5s"}, withDB, &out); err == nil || !strings.Contains(err.Error(), "must be longer than the APIs' WRITE_TIMEOUT") {
