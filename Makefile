@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos pg-stop clean
+.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -207,12 +207,19 @@ bench-outbox:
 ##        CHAOS_INTENTS seeded intents through real faults (the database killed and stopped, and the network to
 ##        PostgreSQL, NATS and the provider broken, among them), then check
 ##        "charged exactly once" and the other invariants; CHAOS_SEED replays a schedule, CHAOS_ARGS passes more
-##        flags (--db-faults=false runs on DATABASE_URL without database faults; docs/RELIABILITY.md)
+##        flags (--db-faults=false runs on DATABASE_URL without database faults; --cluster runs on a Citus cluster
+##        and a three-server JetStream cluster of the run's own, with their faults; docs/RELIABILITY.md)
 CHAOS_INTENTS ?= 10000
 CHAOS_SEED ?= 1
 CHAOS_ARGS ?=
 chaos:
 	$(GO) run ./proving/cmd/chaos --intents $(CHAOS_INTENTS) --seed $(CHAOS_SEED) $(CHAOS_ARGS)
+
+## chaos-cluster-short: TestChaosClusterShort, the short chaos run (200 intents) on the scaled-out topology
+##                      (Citus installed or built from CITUS_SRC); minutes, so not part of `make test`
+chaos-cluster-short:
+	@scripts/citus.sh --install
+	CHAOS_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run TestChaosClusterShort -v ./proving/chaos/
 
 ## pg-stop: stop the private PostgreSQL and Citus clusters (make run-cluster's too)
 pg-stop:

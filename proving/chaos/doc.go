@@ -21,6 +21,18 @@
 // 503) and must come back by themselves. The same seed gives the same
 // schedule.
 //
+// A cluster run (Config.Cluster, `--cluster`) starts the scaled-out
+// topology instead: a Citus cluster of its own (a coordinator and two
+// workers, StartCitus; the APIs on the coordinator, the migrations
+// distributing the schema by tenant) and three nats-servers as one
+// JetStream cluster with an R3 stream. Its faults are those of the
+// topology: the APIs' backends terminated on the coordinator, every
+// connection of the coordinator to a worker terminated on that worker, one
+// broker server of the three killed (now and then the stream's leader),
+// besides the process crashes, the provider's faults, the webhooks' and
+// the operator's replays. It takes neither the whole-database nor the
+// network faults.
+//
 // After the load the run lets the system settle (bounded polling, never
 // sleeps), resumes every intent whose client gave up (with its key, as a
 // real client would), takes a History (a snapshot of the database, the
