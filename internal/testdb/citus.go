@@ -182,10 +182,8 @@ func (c *citusCluster) makeTemplate(ctx context.Context, name string) error {
 	admin := trimSlash(c.base.Path)
 	coordinator := c.base.Hostname()
 	coordinatorPort := c.base.Port()
-	for _, n := range c.nodes() { // a template a crashed run left half made
-		if err := c.drop(ctx, n, name); err != nil {
-			return err
-		}
+	if err := c.dropEverywhere(ctx, name); err != nil { // a template a crashed run left half made
+		return err
 	}
 	for _, n := range c.nodes() {
 		// Four shards per table, not Citus's default 32: a test's database
@@ -220,6 +218,26 @@ func (c *citusCluster) makeTemplate(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// dropEverywhere drops database name on every node. The nodes connect to
+// each other's copies (the maintenance daemons: 2PC recovery, deadlock
+// detection, metadata), and a connection FORCE ended comes straight back:
+// every copy refuses new connections first, then each is dropped.
+func (c *citusCluster) dropEverywhere(ctx context.Context, name string) error {
+	var errs []error
+	for _, n := range c.nodes() {
+		err := c.exec(ctx, n, trimSlash(c.base.Path), fmt.Sprintf(`DO $$ BEGIN
+			IF EXISTS (SELECT 1 FROM pg_database WHERE datname = '%s') THEN
+				ALTER DATABASE %s ALLOW_CONNECTIONS false;
+			END IF; END $$`, name, pgx.Identifier{name}.Sanitize()))
+		errs = append(errs, err)
+	}
+	nodes := c.nodes()
+	for i := len(nodes) - 1; i >= 0; i-- { // the coordinator first
+		errs = append(errs, c.drop(ctx, nodes[i], name))
+	}
+	return errors.Join(errs...)
 }
 
 // drop drops database name on node n, if it is there. FORCE ends the
@@ -269,12 +287,8 @@ func citusURL(t testing.TB, c *citusCluster) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		// The coordinator first: it holds connections to the workers.
-		nodes := c.nodes()
-		for i := len(nodes) - 1; i >= 0; i-- {
-			if err := c.drop(ctx, nodes[i], name); err != nil {
-				t.Errorf("testdb on Citus: %v", err)
-			}
+		if err := c.dropEverywhere(ctx, name); err != nil {
+			t.Errorf("testdb on Citus: %v", err)
 		}
 	})
 	return c.urlOf("", name)
