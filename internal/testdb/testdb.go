@@ -99,12 +99,6 @@ func CitusURL(t testing.TB) string {
 	return citusURL(t, c)
 }
 
-// CitusPool is Pool on the Citus cluster of CITUS_DATABASE_URL (CitusURL).
-func CitusPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	return open(t, CitusURL(t))
-}
-
 func open(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := postgres.Open(context.Background(), url, postgres.PoolConfig{MaxConns: 40})

@@ -29,24 +29,40 @@ func repoRoot(t *testing.T) string {
 // kind of fault at least once. It must find no violation.
 func TestChaosShort(t *testing.T) {
 	t.Parallel()
-	// The bound covers the race builds of three binaries too: on a loaded
+	rep := runShort(t, func(c *Config) { c.DBFaults, c.NetFaults = true, true })
+	// The network faults reached the APIs only if the APIs went through
+	// the fault proxies.
+	for _, dep := range Dependencies {
+		if rep.LinkBytes[dep] == 0 {
+			t.Errorf("nothing went through the fault proxy in front of %s: the APIs went around it", dep)
+		}
+	}
+}
+
+// runShort runs the short mode (200 seeded intents, 8 clients) with the
+// topology change sets, logs its report, and fails t on an error of the
+// run, a violation, a fault kind never injected or a run that did not
+// settle.
+func runShort(t *testing.T, change func(*Config)) *Report {
+	t.Helper()
+	// The bound covers the race builds of the binaries too: on a loaded
 	// 2-core machine they alone took more than three minutes.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Config{
+	cfg := Config{
 		Seed:          1,
 		Intents:       200,
 		Concurrency:   8,
 		RepoDir:       repoRoot(t),
 		WorkDir:       t.TempDir(),
-		DBFaults:      true,
-		NetFaults:     true,
 		Race:          raceEnabled,
 		ProxyRate:     0.15,
 		IntentBudget:  60 * time.Second,
 		SettleTimeout: 60 * time.Second,
 		Logf:          t.Logf,
-	})
+	}
+	change(&cfg)
+	rep, err := Run(ctx, cfg)
 	if rep != nil {
 		var b strings.Builder
 		rep.Print(&b)
@@ -64,13 +80,7 @@ func TestChaosShort(t *testing.T) {
 	if rep.Unsettled != "" {
 		t.Errorf("not settled: %s", rep.Unsettled)
 	}
-	// The network faults reached the APIs only if the APIs went through
-	// the fault proxies.
-	for _, dep := range Dependencies {
-		if rep.LinkBytes[dep] == 0 {
-			t.Errorf("nothing went through the fault proxy in front of %s: the APIs went around it", dep)
-		}
-	}
+	return rep
 }
 
 // TestPlanIsReplayable: the same seed gives the same schedule, another seed
@@ -231,38 +241,7 @@ func TestPlanNetworkFaults(t *testing.T) {
 // the race detector, under load), next to TestChaosShort.
 func TestChaosClusterShort(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, Config{
-		Seed:          1,
-		Intents:       200,
-		Concurrency:   8,
-		RepoDir:       repoRoot(t),
-		WorkDir:       t.TempDir(),
-		Cluster:       true,
-		Race:          raceEnabled,
-		ProxyRate:     0.15,
-		IntentBudget:  60 * time.Second,
-		SettleTimeout: 60 * time.Second,
-		Logf:          t.Logf,
-	})
-	if rep != nil {
-		var b strings.Builder
-		rep.Print(&b)
-		t.Log("\n" + b.String())
-	}
-	if err != nil {
-		t.Fatalf("chaos run: %v", err)
-	}
-	if n := len(rep.Violations); n > 0 {
-		t.Errorf("%d invariant violations (listed above)", n)
-	}
-	if missing := rep.MissingFaults(); len(missing) > 0 {
-		t.Errorf("fault kinds never injected: %v", missing)
-	}
-	if rep.Unsettled != "" {
-		t.Errorf("not settled: %s", rep.Unsettled)
-	}
+	rep := runShort(t, func(c *Config) { c.Cluster = true })
 	c := rep.Cluster
 	if c == nil || c.Workers != CitusWorkers || c.Distributed == 0 || c.NATSServers != natsClusterSize || c.StreamReplicas != natsClusterSize {
 		t.Errorf("topology: %+v, want %d Citus workers with distributed tables, %d nats-servers, an R%d stream", c, CitusWorkers, natsClusterSize, natsClusterSize)
