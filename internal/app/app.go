@@ -496,7 +496,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if a.cfg.AutoMigrate {
-		if err := postgres.Migrate(a.cfg.DatabaseURL); err != nil {
+		if err := postgres.Migrate(ctx, a.cfg.DatabaseURL, a.logger); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,7 @@ import (
 // and opens the pool.
 func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if cfg.AutoMigrate {
-		if err := postgres.Migrate(cfg.DatabaseURL); err != nil {
+		if err := postgres.Migrate(ctx, cfg.DatabaseURL, nil); err != nil {
 			return nil, err
 		}
 	}

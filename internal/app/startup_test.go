@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +46,7 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 			nsrv.Shutdown()
 		}
 	})
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(logs, nil), testkit.Logger(t).Handler()))
 	_, cfg.PSPURL = startSimulator(t, cfg, nil, logger, time.Now)
 
@@ -100,8 +98,8 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	wantProblem(t, (&testBundle{baseURL: b.baseURL, client: plain}).do(t, "GET", "/v1/products", acme, "", ""),
 		http.StatusServiceUnavailable, "service_unavailable")
 	testkit.WaitFor(t, 30*time.Second, "a logged retry of the database and of NATS", func() bool {
-		return logs.has(`"msg":"startup: waiting for a dependency","dependency":"database"`) &&
-			logs.has(`"msg":"startup: waiting for a dependency","dependency":"nats"`)
+		return logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"database"`) &&
+			logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"nats"`)
 	})
 
 	// The database comes; the service still waits for the broker.
@@ -253,22 +251,4 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer collects log lines from the service's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) has(sub string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Contains(s.b.String(), sub)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"path"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/db"
@@ -94,14 +96,70 @@ func (mg *Migrator) Close() error {
 	return errors.Join(srcErr, dbErr)
 }
 
-// Migrate applies every pending migration to databaseURL.
-func Migrate(databaseURL string) error {
-	mg, err := NewMigrator(databaseURL)
-	if err != nil {
-		return err
+// Migrate applies every pending migration to databaseURL, within ctx.
+//
+// golang-migrate's waits cannot be cancelled (the lock it takes while
+// connecting has no bound at all), so Migrate runs it aside and returns when
+// ctx ends first: the caller is a process that gives up and exits, which
+// ends the migrator's session too. Every MigrateWaitReport meanwhile it logs
+// (when logger is not nil) which sessions hold an advisory lock on the
+// database: a replica stuck behind another one's migration says whose.
+func Migrate(ctx context.Context, databaseURL string, logger *slog.Logger) error {
+	done := make(chan error, 1)
+	go func() {
+		mg, err := NewMigrator(databaseURL)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer mg.Close()
+		done <- mg.Up()
+	}()
+	tick := time.NewTicker(MigrateWaitReport)
+	defer tick.Stop()
+	for start := time.Now(); ; {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("migrations not applied within %s: %w", time.Since(start).Round(time.Second), context.Cause(ctx))
+		case <-tick.C:
+			if logger != nil {
+				logger.Warn("migrations still running", "waited", time.Since(start).Round(time.Second).String(),
+					"advisory_lock_holders", advisoryLockHolders(ctx, databaseURL))
+			}
+		}
 	}
-	defer mg.Close()
-	return mg.Up()
+}
+
+// MigrateWaitReport is how often Migrate says that it still waits.
+const MigrateWaitReport = 10 * time.Second
+
+// advisoryLockHolders describes the sessions holding an advisory lock on the
+// database (golang-migrate's lock is one), for Migrate's report.
+func advisoryLockHolders(ctx context.Context, databaseURL string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	rows, err := conn.Query(ctx, `SELECT format('pid %s (%s, %s since %s): %s', a.pid, coalesce(nullif(a.application_name, ''), 'no application_name'),
+		       a.state, to_char(a.state_change, 'HH24:MI:SS'), left(a.query, 80))
+		  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	holders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	switch {
+	case err != nil:
+		return "unknown: " + err.Error()
+	case len(holders) == 0:
+		return "none"
+	}
+	return strings.Join(holders, "; ")
 }
 
 // LatestVersion is the highest migration version embedded in the binary.

@@ -3,8 +3,10 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,5 +395,47 @@ func TestMigrateWaitsForAnotherProcessesLock(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Migrate did not finish after the lock was released")
+	}
+}
+
+// TestMigrateGivesUpWithItsContext: golang-migrate would wait for another
+// session's migration lock without end (the wait while connecting has no
+// bound); Migrate returns when its context ends, and meanwhile says which
+// session holds the lock.
+func TestMigrateGivesUpWithItsContext(t *testing.T) {
+	t.Parallel()
+	raw := testdb.URL(t)
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme = "pgx5"
+	q := u.Query()
+	q.Set("application_name", "the-other-migrator")
+	u.RawQuery = q.Encode()
+	other, err := database.Open(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	var log testkit.Buffer
+	bound := postgres.MigrateWaitReport + 2*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- postgres.Migrate(ctx, raw, slog.New(slog.NewTextHandler(&log, nil))) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Migrate while another session holds the lock = %v, want the context's end", err)
+		}
+	case <-time.After(bound + 10*time.Second):
+		t.Fatal("Migrate did not return after its context ended")
+	}
+	if s := log.String(); !strings.Contains(s, "migrations still running") || !strings.Contains(s, "the-other-migrator") {
+		t.Fatalf("Migrate's wait did not name the lock's holder; log:\n%s", s)
 	}
 }

@@ -206,7 +206,7 @@ func (c *citusCluster) makeTemplate(ctx context.Context, name string) error {
 	if err := c.exec(ctx, "", name, register...); err != nil {
 		return err
 	}
-	if err := postgres.Migrate(c.urlOf("", name)); err != nil {
+	if err := postgres.Migrate(ctx, c.urlOf("", name), nil); err != nil {
 		return err
 	}
 	for _, n := range c.nodes() {

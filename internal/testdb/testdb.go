@@ -30,8 +30,8 @@ func (migrator) Hash() (string, error) {
 	return common.HashDirs(db.Migrations, "*.sql", "migrations")
 }
 
-func (migrator) Migrate(_ context.Context, _ *sql.DB, c pgtestdb.Config) error {
-	return postgres.Migrate(c.URL())
+func (migrator) Migrate(ctx context.Context, _ *sql.DB, c pgtestdb.Config) error {
+	return postgres.Migrate(ctx, c.URL(), nil)
 }
 
 // URL returns the URL of a fresh, migrated database for t. When

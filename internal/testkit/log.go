@@ -40,3 +40,26 @@ func (w *testWriter) close() {
 	defer w.mu.Unlock()
 	w.closed = true
 }
+
+// Buffer collects log lines written from several goroutines, for a test
+// that reads them while the code under test still writes.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Contains reports whether what was written so far contains sub.
+func (s *Buffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }

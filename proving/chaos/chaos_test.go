@@ -54,7 +54,7 @@ func runShort(t *testing.T, change func(*Config)) *Report {
 		Intents:       200,
 		Concurrency:   8,
 		RepoDir:       repoRoot(t),
-		WorkDir:       t.TempDir(),
+		WorkDir:       keptOnFailure(t),
 		Race:          raceEnabled,
 		ProxyRate:     0.15,
 		IntentBudget:  60 * time.Second,
@@ -81,6 +81,47 @@ func runShort(t *testing.T, change func(*Config)) *Report {
 		t.Errorf("not settled: %s", rep.Unsettled)
 	}
 	return rep
+}
+
+// keptOnFailure returns a new work folder for a run, removed when t passes
+// and kept when it fails. A failed run also logs the end of every process
+// log there: on CI that output is all one sees of them.
+func keptOnFailure(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "oncepay-"+t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, name := range logs {
+			if b, err := os.ReadFile(name); err == nil {
+				t.Logf("the last lines of %s, requests left out:\n%s", filepath.Base(name), lastLines(string(b), 30))
+			}
+		}
+		t.Logf("work dir kept: %s", dir)
+	})
+	return dir
+}
+
+// lastLines returns the last n lines of a process log that are not one
+// request's access or error line, each cut to 400 bytes.
+func lastLines(s string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if strings.Contains(l, `"msg":"request"`) || strings.Contains(l, `"msg":"request failed"`) {
+			continue
+		}
+		if len(l) > 400 {
+			l = l[:400] + "..."
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], "\n")
 }
 
 // TestPlanIsReplayable: the same seed gives the same schedule, another seed

@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer drop()
-	if err := postgres.Migrate(dbURL); err != nil {
+	if err := postgres.Migrate(ctx, dbURL, nil); err != nil {
 		return err
 	}
 	pool, err := postgres.Open(ctx, dbURL, postgres.PoolConfig{MaxConns: 20})
