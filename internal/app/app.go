@@ -390,7 +390,9 @@ func (a *App) connectBroker(ctx context.Context) error {
 // outbox dispatcher and the fulfillment consumer (rule 6); Serve runs them.
 func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, now func() time.Time, m *metrics.Metrics, orderSvc *orders.Service, o options, tp trace.TracerProvider) (err error) {
 	js := a.js
-	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge, Replicas: cfg.NATSStreamReplicas}); err != nil {
+	if err := a.waitFor(ctx, depBroker, func(ctx context.Context) error {
+		return brokerTransient(broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge, Replicas: cfg.NATSStreamReplicas}))
+	}); err != nil {
 		return err
 	}
 	if cfg.OutboxDispatcher {
@@ -414,12 +416,34 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 			}),
 			fulfillment.WithHooks(o.fulfillmentHooks),
 			fulfillment.WithTracerProvider(tp))
-		if _, err := a.fulfillment.Declare(ctx); err != nil {
+		if err := a.waitFor(ctx, depBroker, func(ctx context.Context) error {
+			_, err := a.fulfillment.Declare(ctx)
+			return brokerTransient(err)
+		}); err != nil {
 			return err
 		}
 	}
 	a.outboxAdmin = outbox.NewAdmin(a.pool, js, logger.With("component", "outbox-admin"))
 	return nil
+}
+
+// brokerTransient marks an error of a JetStream request at start as
+// permanent unless it is one a retry can mend: no answer in time (the
+// connection broke and was mended while the request was out: its answer
+// never comes), or no connection at that moment. Start retries those,
+// each attempt bounded (waitFor), instead of waiting for an answer that is
+// lost until STARTUP_TIMEOUT. Anything else (a stream configured with
+// more replicas, a window longer than the stream's age) is the
+// configuration's, and waiting will not change it.
+func brokerTransient(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed):
+		return err
+	}
+	return permanentSetup(err)
 }
 
 // Addr is the address the API listens on.

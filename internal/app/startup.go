@@ -110,6 +110,9 @@ func (a *App) waitFor(ctx context.Context, dep dependency, try func(context.Cont
 		}
 		var p *permanentError
 		if errors.As(err, &p) {
+			if p.setup {
+				return p.err
+			}
 			return fmt.Errorf("%s refused the connection: %w", dep, p.err)
 		}
 		if ctx.Err() != nil {
@@ -152,13 +155,21 @@ func (a *App) waitingFor() string {
 	return "its migrations and setup"
 }
 
-// permanentError marks an attempt that must not be repeated.
-type permanentError struct{ err error }
+// permanentError marks an attempt that must not be repeated: the
+// dependency refused us, or (setup) what it answered will not change.
+type permanentError struct {
+	err   error
+	setup bool
+}
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 func permanent(err error) error { return &permanentError{err: err} }
+
+// permanentSetup marks a setup step's error (declaring a stream, say) that
+// a retry will not mend; it is returned as it is.
+func permanentSetup(err error) error { return &permanentError{err: err, setup: true} }
 
 // notAnswered is a dependency that had not answered when Start's context
 // ended, with the error of its last attempt.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/app"
@@ -251,4 +252,87 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestStartupRetriesABrokerRequestLostOnTheWay: a JetStream request whose
+// answer never comes (the link to NATS swallowed it, and came back) is
+// retried within Start, each attempt bounded, instead of waited on until
+// STARTUP_TIMEOUT. The test holds the migration lock so that Start, both
+// dependencies answered, waits in its migrations; it turns the link into a
+// black hole, lets the migrations go, and heals the link once the proxy has
+// swallowed the first request of the stream's declaration.
+func TestStartupRetriesABrokerRequestLostOnTheWay(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AutoMigrate = true // nothing to apply, but golang-migrate takes its lock
+	cfg.StartupTimeout = 40 * time.Second
+	// The stream the black hole cut a request out of stays broken after it
+	// healed: the client's pings find that out (two unanswered) and it
+	// reconnects; then a retry is answered.
+	cfg.NATSPingInterval = 500 * time.Millisecond
+	const natsToken = "lostrequesttoken"
+	natsPort := freePort(t)
+	logs := &testkit.Buffer{}
+	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(logs, nil), testkit.Logger(t).Handler()))
+	nsrv, err := broker.StartEmbedded(t.TempDir(), logger, broker.WithPort(natsPort), broker.WithToken(natsToken))
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(nsrv.Shutdown)
+	link := testkit.StartFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", natsPort))
+	cfg.NATSURL = fmt.Sprintf("nats://%s@%s", natsToken, link.Addr)
+	_, cfg.PSPURL = startSimulator(t, cfg, nil, logger, time.Now)
+
+	// Another process migrating: its lock holds Start in Migrate.
+	u, err := url.Parse(cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme = "pgx5"
+	other, err := database.Open(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := app.New(cfg, logger, time.Now)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	t.Cleanup(a.Close)
+	started := make(chan error, 1)
+	go func() { started <- a.Start(context.Background()) }()
+	b := &testBundle{baseURL: "http://" + a.Addr().String(), client: &http.Client{Timeout: 10 * time.Second}}
+	t.Cleanup(b.client.CloseIdleConnections)
+	testkit.WaitFor(t, 30*time.Second, "Start to wait for its migrations, both dependencies answered", func() bool {
+		r := b.do(t, "GET", "/readyz", "", "", "")
+		return r.status == http.StatusServiceUnavailable && strings.Contains(string(r.body), "it waits for its migrations and setup")
+	})
+
+	link.Blackhole(t)
+	before := link.Carried()
+	if err := other.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	// A JetStream API request is a PUB of some 80 bytes (a client PING is
+	// 6): once that much went into the black hole, the request is lost.
+	testkit.WaitFor(t, 30*time.Second, "the stream's declaration to go into the black hole", func() bool {
+		return link.Carried()-before >= 60
+	})
+	link.Heal()
+
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("start after a lost broker request: %v", err)
+		}
+	case <-time.After(cfg.StartupTimeout + 10*time.Second):
+		t.Fatal("Start did not return")
+	}
+	if !logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"nats"`) {
+		t.Fatal("Start became ready without retrying the lost request: the test lost nothing")
+	}
 }
