@@ -185,13 +185,20 @@ func sample(typ string) (string, bool) {
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // generatedQueries reads every query sqlc generated: the constants of
-// internal/*/internal/dbsqlc/*.sql.go, by the name sqlc gives them.
+// internal/*/internal/dbsqlc/*.sql.go and batch.go, by the name sqlc gives them.
 func generatedQueries(t *testing.T) map[string]string {
 	t.Helper()
+	// The queries are in the *.sql.go files, the batch queries (...Queued,
+	// postgres.Pipeline) in batch.go.
 	files, err := filepath.Glob("../internal/*/internal/dbsqlc/*.sql.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	batches, err := filepath.Glob("../internal/*/internal/dbsqlc/batch.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, batches...)
 	out := map[string]string{}
 	name := regexp.MustCompile(`^-- name: (\w+) :\w+`)
 	fset := token.NewFileSet()

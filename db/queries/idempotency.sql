@@ -137,3 +137,29 @@ WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @i
 -- operation).
 SELECT trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
+
+-- The create path's statements as batch members: the same SQL as the
+-- statements above, queued into the request's pipeline
+-- (postgres.Pipeline) instead of each being a round trip of its own.
+
+-- name: IdempotencyInsertQueued :batchone
+-- IdempotencyInsertQueued is IdempotencyInsert, queued.
+INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
+) VALUES (
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: IdempotencyFinishQueued :batchexec
+-- IdempotencyFinishQueued is IdempotencyFinish, queued, for a record this
+-- transaction claimed: its row is locked and pending, so the update hits it.
+UPDATE api_idempotency
+SET state = @state, recovery_point = 'finished', locked_until = NULL,
+    status_code = @status_code, response_headers = @response_headers, response_body = @response_body,
+    resource_type = @resource_type, resource_id = @resource_id,
+    updated_at = @now, expires_at = @expires_at
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending' AND held_at IS NULL;

@@ -92,3 +92,31 @@ UPDATE products p
 SET stock = p.stock - i.quantity
 FROM order_items i
 WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id AND p.tenant_id = @tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;
+
+-- The create path's statements as batch members (postgres.Pipeline).
+
+-- name: ProductGetManyQueued :batchmany
+-- ProductGetManyQueued is ProductGetMany, queued.
+SELECT * FROM products WHERE tenant_id = $1 AND sku = ANY(@skus::text[]);
+
+-- name: OrderInsertQueued :batchexec
+-- OrderInsertQueued inserts an order, queued with its lines, its event,
+-- the stored response and COMMIT. Unlike OrderInsert it has no ON CONFLICT:
+-- a tenant's order for this key already there (a late retry) is a
+-- unique_violation, which aborts the rest of the batch, COMMIT included.
+-- The statements after it never run for an order that was not inserted.
+-- The row is the one the service built (orders.newOrder), so nothing is
+-- returned.
+INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7);
+
+-- name: OrderItemsInsertQueued :batchexec
+-- OrderItemsInsertQueued is OrderItemsInsert, queued after
+-- OrderInsertQueued: the lines are selected with the order row inserted
+-- just before, in the same transaction.
+INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
+SELECT o.tenant_id, o.id,
+       unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),
+       unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[])
+FROM orders o
+WHERE o.tenant_id = @tenant_id::uuid AND o.id = @order_id::uuid;

@@ -2,6 +2,12 @@
 INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
+-- name: OutboxInsertQueued :batchexec
+-- OutboxInsertQueued is OutboxInsert, queued into the request's pipeline
+-- (postgres.Pipeline).
+INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
 -- name: OutboxListNewest :many
 -- OutboxListNewest lists a tenant's events newest first, before the
 -- cursor sequence number when one is given.

@@ -489,6 +489,19 @@ func TestDrill8_LateRetryAfterRecordExpired(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 1 {
 		t.Fatalf("outbox events = %d, want 1 (no second order.created)", n)
 	}
+	// Counted once: the first create and the late retry's fresh claim are
+	// executed (its answer came from the order, late_retry), nothing twice
+	// (the batched attempt that found the order and rolled back counts
+	// for nothing).
+	m := b.do(t, "GET", "/metrics", "", "", "")
+	for _, want := range []string{
+		`oncepay_idempotency_outcomes_total{operation="orders.create",outcome="executed"} 2`,
+		`oncepay_idempotency_outcomes_total{operation="orders.create",outcome="late_retry"} 1`,
+	} {
+		if !strings.Contains(string(m.body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
 	// The late answer is itself recorded and replays.
 	again := b.do(t, "POST", "/v1/orders", acme, "drill-8", orderBody)
 	if again.status != http.StatusCreated || !bytes.Equal(again.body, late.body) || again.header.Get("Idempotent-Replayed") != "true" {

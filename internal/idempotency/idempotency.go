@@ -167,6 +167,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Store claims, finishes and looks up idempotency records.
@@ -330,31 +331,13 @@ func (c *Claim) TraceContext() []byte { return c.traceContext }
 func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error) {
 	q := dbsqlc.New(tx)
 	now := s.nowUTC()
-	retention, err := s.retention(r.Operation)
+	p, err := s.claimParams(ctx, r, now)
 	if err != nil {
 		return nil, err
 	}
-	leaseUntil := now.Add(s.lease)
-	row, err := q.IdempotencyInsert(ctx, dbsqlc.IdempotencyInsertParams{
-		TenantID:       r.TenantID,
-		Operation:      string(r.Operation),
-		IdempotencyKey: string(r.Key),
-		RequestHash:    r.Fingerprint[:],
-		LockedUntil:    &leaseUntil,
-		RequestID:      r.RequestID,
-		CreatedAt:      now,
-		ExpiresAt:      now.Add(retention),
-		TraceContext:   tracing.Capture(ctx),
-	})
-	switch {
-	case err == nil:
-		s.report(ctx, r, OutcomeExecuted)
-		return &Claim{store: s, req: r, Kind: ClaimFresh, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), lease: leaseUntil, holder: row.RequestID}, nil
-	case postgres.IsLockTimeout(err):
-		s.report(ctx, r, OutcomeInProgress)
-		return nil, inProgress(time.Second, err)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	row, err := q.IdempotencyInsert(ctx, p)
+	if c, err := s.claimed(ctx, r, *p.LockedUntil, row, err, true); c != nil || !errors.Is(err, ErrTaken) {
+		return c, err
 	}
 
 	row, err = q.IdempotencyGetForUpdate(ctx, dbsqlc.IdempotencyGetForUpdateParams{
@@ -399,10 +382,54 @@ func (s *Store) Begin(ctx context.Context, tx pgx.Tx, r Request) (*Claim, error)
 	}
 	taken := &Claim{store: s, req: r, Kind: ClaimResumed, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Resource: resourceOf(row), holder: row.RequestID,
 		traceContext: row.TraceContext}
-	if err := taken.checkpoint(ctx, tx, taken.RecoveryPoint, nil, leaseUntil, now); err != nil {
+	if err := taken.checkpoint(ctx, tx, taken.RecoveryPoint, nil, *p.LockedUntil, now); err != nil {
 		return nil, fmt.Errorf("renew idempotency lease: %w", err)
 	}
 	return taken, nil
+}
+
+// claimParams are the parameters of the insert that claims r's key.
+func (s *Store) claimParams(ctx context.Context, r Request, now time.Time) (dbsqlc.IdempotencyInsertParams, error) {
+	retention, err := s.retention(r.Operation)
+	if err != nil {
+		return dbsqlc.IdempotencyInsertParams{}, err
+	}
+	leaseUntil := now.Add(s.lease)
+	return dbsqlc.IdempotencyInsertParams{
+		TenantID:       r.TenantID,
+		Operation:      string(r.Operation),
+		IdempotencyKey: string(r.Key),
+		RequestHash:    r.Fingerprint[:],
+		LockedUntil:    &leaseUntil,
+		RequestID:      r.RequestID,
+		CreatedAt:      now,
+		ExpiresAt:      now.Add(retention),
+		TraceContext:   tracing.Capture(ctx),
+	}, nil
+}
+
+// ErrTaken is what claiming a key that has a record already returns from
+// the claim's insert: Begin then reads that record, under a lock, to decide
+// (QueuedClaim.Claim leaves that to the caller).
+var ErrTaken = errors.New("idempotency key has a record")
+
+// claimed interprets the claim's insert: a fresh claim (reported as
+// executed when reportFresh), ErrTaken, or the error (a lock timeout is
+// request_in_progress).
+func (s *Store) claimed(ctx context.Context, r Request, leaseUntil time.Time, row dbsqlc.ApiIdempotency, err error, reportFresh bool) (*Claim, error) {
+	switch {
+	case err == nil:
+		if reportFresh {
+			s.report(ctx, r, OutcomeExecuted)
+		}
+		return &Claim{store: s, req: r, Kind: ClaimFresh, RecoveryPoint: RecoveryPoint(row.RecoveryPoint), lease: leaseUntil, holder: row.RequestID}, nil
+	case postgres.IsLockTimeout(err):
+		s.report(ctx, r, OutcomeInProgress)
+		return nil, inProgress(time.Second, err)
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, ErrTaken
+	}
+	return nil, fmt.Errorf("claim idempotency key: %w", err)
 }
 
 // Lookup returns the stored final outcome for r without taking any lock, or
@@ -749,23 +776,41 @@ var ErrNotPending = errors.New("idempotency record is not pending")
 // must roll back (or leave the claim pending for recovery) instead. Only a
 // pending record is finished (ErrNotPending otherwise).
 func (c *Claim) Finish(ctx context.Context, tx pgx.Tx, resp Response, res *Resource) (Response, error) {
+	p, resp, err := c.finishParams(resp, res)
+	if err != nil {
+		return Response{}, err
+	}
+	n, err := dbsqlc.New(tx).IdempotencyFinish(ctx, p)
+	if err != nil {
+		return Response{}, fmt.Errorf("store idempotent response: %w", err)
+	}
+	if n == 0 {
+		return Response{}, fmt.Errorf("finish %s %q: %w", c.req.Operation, c.req.Key, ErrNotPending)
+	}
+	c.RecoveryPoint = PointFinished
+	return resp, nil
+}
+
+// finishParams are the parameters of the update that stores resp as the
+// claim's final outcome, and resp with ExpiresAt set.
+func (c *Claim) finishParams(resp Response, res *Resource) (dbsqlc.IdempotencyFinishParams, Response, error) {
 	state := StateCompleted
 	switch {
 	case resp.Status >= 200 && resp.Status < 300:
 	case resp.Status >= 400 && resp.Status < 500:
 		state = StateFailed
 	default:
-		return Response{}, fmt.Errorf("idempotency: status %d is not a final outcome", resp.Status)
+		return dbsqlc.IdempotencyFinishParams{}, Response{}, fmt.Errorf("idempotency: status %d is not a final outcome", resp.Status)
 	}
 	retention, err := c.store.retention(c.req.Operation)
 	if err != nil {
-		return Response{}, err
+		return dbsqlc.IdempotencyFinishParams{}, Response{}, err
 	}
 	now := c.store.nowUTC()
 	resp.ExpiresAt = now.Add(retention)
 	headers, err := json.Marshal(storedHeaders{ContentType: resp.ContentType, Location: resp.Location})
 	if err != nil {
-		return Response{}, fmt.Errorf("encode stored headers: %w", err)
+		return dbsqlc.IdempotencyFinishParams{}, Response{}, fmt.Errorf("encode stored headers: %w", err)
 	}
 	p := dbsqlc.IdempotencyFinishParams{
 		State:           string(state),
@@ -782,15 +827,7 @@ func (c *Claim) Finish(ctx context.Context, tx pgx.Tx, resp Response, res *Resou
 		p.ResourceType = &res.Type
 		p.ResourceID = &res.ID
 	}
-	n, err := dbsqlc.New(tx).IdempotencyFinish(ctx, p)
-	if err != nil {
-		return Response{}, fmt.Errorf("store idempotent response: %w", err)
-	}
-	if n == 0 {
-		return Response{}, fmt.Errorf("finish %s %q: %w", c.req.Operation, c.req.Key, ErrNotPending)
-	}
-	c.RecoveryPoint = PointFinished
-	return resp, nil
+	return p, resp, nil
 }
 
 // storedHeaders are the response headers that matter for a replay.

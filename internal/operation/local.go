@@ -28,15 +28,32 @@ type Mutation[T any] func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcom
 //	  the mutation and its outbox row
 //	  store the response, mark the record final
 //	COMMIT
+//
+// With Batches (WithBatches), a fresh key takes that transaction in two
+// pipelined batches instead of a round trip per statement (see Batched).
 type Local[T any] struct {
-	r      *Runner
-	op     idempotency.Operation
-	mutate Mutation[T]
+	r       *Runner
+	op      idempotency.Operation
+	mutate  Mutation[T]
+	batched Batched[T]
+}
+
+// LocalOption configures a Local.
+type LocalOption[T any] func(*Local[T])
+
+// WithBatches runs a fresh key's transaction as batched describes; the
+// Mutation remains the path of every other case.
+func WithBatches[T any](batched Batched[T]) LocalOption[T] {
+	return func(l *Local[T]) { l.batched = batched }
 }
 
 // NewLocal returns the local operation op, which runs mutate.
-func NewLocal[T any](r *Runner, op idempotency.Operation, mutate Mutation[T]) *Local[T] {
-	return &Local[T]{r: r, op: op, mutate: mutate}
+func NewLocal[T any](r *Runner, op idempotency.Operation, mutate Mutation[T], opts ...LocalOption[T]) *Local[T] {
+	l := &Local[T]{r: r, op: op, mutate: mutate}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // Operation returns the operation's name.
@@ -51,17 +68,31 @@ func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idem
 	ctx, cancel := l.r.detach(ctx)
 	defer cancel()
 
+	// One connection for the whole request: the lookup and the transaction.
+	conn, err := l.r.pool.Acquire(ctx)
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+
 	// Fast path: a finished record is immutable, so a replay needs no lock
 	// and no write transaction.
-	if resp, err := l.r.store.Lookup(ctx, l.r.pool, req); err != nil || resp != nil {
+	if resp, err := l.r.store.Lookup(ctx, conn, req); err != nil || resp != nil {
 		if resp != nil {
 			return *resp, nil
 		}
 		return idempotency.Response{}, err
 	}
 
+	if l.batched != nil {
+		resp, done, err := l.runBatched(ctx, conn, req, in)
+		if done {
+			return resp, err
+		}
+	}
+
 	var out Outcome
-	err := postgres.InTx(ctx, l.r.pool, func(tx pgx.Tx) error {
+	err = postgres.InTx(ctx, conn, func(tx pgx.Tx) error {
 		claim, err := l.r.store.Begin(ctx, tx, req)
 		if err != nil {
 			return err

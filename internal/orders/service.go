@@ -29,7 +29,7 @@ type Service struct {
 // NewService returns a Service whose idempotent operations run on ops.
 func NewService(pool *pgxpool.Pool, ops *operation.Runner, now func() time.Time) *Service {
 	s := &Service{pool: pool, now: now}
-	s.create = operation.NewLocal(ops, OpCreate, s.createOrder)
+	s.create = operation.NewLocal(ops, OpCreate, s.createOrder, operation.WithBatches(s.createBatched))
 	return s
 }
 
@@ -87,12 +87,7 @@ func (s *Service) createOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 	if n != int64(len(lines.Lines)) { // the lines are selected with the order row: never fewer under this transaction
 		return operation.Outcome{}, fmt.Errorf("insert order items: %d of %d lines inserted", n, len(lines.Lines))
 	}
-	items := make([]dbsqlc.OrderItem, len(lines.Lines))
-	for i := range lines.Lines {
-		items[i] = dbsqlc.OrderItem{TenantID: row.TenantID, OrderID: row.ID, Line: lines.Lines[i], Sku: lines.Skus[i], Name: lines.Names[i],
-			Quantity: lines.Quantities[i], UnitAmount: lines.UnitAmounts[i], Amount: lines.Amounts[i]}
-	}
-	order := orderFromRows(row, items)
+	order := orderFromRows(row, itemRows(row, lines))
 	if _, err := outbox.Append(ctx, tx, outbox.Event{
 		TenantID:       req.TenantID,
 		Type:           EventOrderCreated,
@@ -124,14 +119,24 @@ func finishCreated(ctx context.Context, tx pgx.Tx, a *operation.Attempt[CreateIn
 // names products and quantities, never prices. An unknown SKU and a product
 // sold in another currency are validation errors of their line.
 func price(ctx context.Context, q *dbsqlc.Queries, tenantID uuid.UUID, in CreateInput) (dbsqlc.OrderItemsInsertParams, int64, error) {
+	rows, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: tenantID, Skus: skus(in)})
+	if err != nil {
+		return dbsqlc.OrderItemsInsertParams{}, 0, fmt.Errorf("load products: %w", err)
+	}
+	return priceFrom(rows, in)
+}
+
+// skus are the SKUs of the requested lines.
+func skus(in CreateInput) []string {
 	skus := make([]string, len(in.Items))
 	for i, it := range in.Items {
 		skus[i] = it.SKU
 	}
-	rows, err := q.ProductGetMany(ctx, dbsqlc.ProductGetManyParams{TenantID: tenantID, Skus: skus})
-	if err != nil {
-		return dbsqlc.OrderItemsInsertParams{}, 0, fmt.Errorf("load products: %w", err)
-	}
+	return skus
+}
+
+// priceFrom prices the requested lines from the catalog's rows for them.
+func priceFrom(rows []dbsqlc.Product, in CreateInput) (dbsqlc.OrderItemsInsertParams, int64, error) {
 	catalog := make(map[string]dbsqlc.Product, len(rows))
 	for _, r := range rows {
 		catalog[r.Sku] = r

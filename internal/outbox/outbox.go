@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tracing"
 )
 
@@ -45,24 +46,69 @@ type Event struct {
 	// operation identity travels downstream with the event (rule 7).
 	IdempotencyKey string
 	OccurredAt     time.Time
-	// Payload is encoded as JSON.
+	// Payload is encoded as JSON; a json.RawMessage is taken as encoded
+	// already (the caller's response body, say, encoded once for both).
 	Payload any
 }
 
 // Append writes e in the caller's transaction. A zero ID gets a fresh
 // time-ordered UUID.
 func Append(ctx context.Context, tx pgx.Tx, e Event) (uuid.UUID, error) {
+	p, err := e.params(ctx)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if err := dbsqlc.New(tx).OutboxInsert(ctx, p); err != nil {
+		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)
+	}
+	return p.ID, nil
+}
+
+// QueuedAppend is an Append queued into a pipeline (Queue).
+type QueuedAppend struct {
+	event   string
+	results *dbsqlc.OutboxInsertQueuedBatchResults
+}
+
+// Queue queues Append's insert into p, whose transaction it joins; it
+// returns the event's id. QueuedAppend.Err reads the insert's outcome once
+// p was sent.
+func Queue(ctx context.Context, p *postgres.Pipeline, e Event) (uuid.UUID, *QueuedAppend, error) {
+	params, err := e.params(ctx)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	results := dbsqlc.New(p).OutboxInsertQueued(ctx, []dbsqlc.OutboxInsertQueuedParams{dbsqlc.OutboxInsertQueuedParams(params)})
+	return params.ID, &QueuedAppend{event: e.Type, results: results}, nil
+}
+
+// Err reads the queued insert's outcome.
+func (q *QueuedAppend) Err() error {
+	var err error
+	q.results.Exec(func(_ int, e error) { err = e })
+	if err != nil {
+		return fmt.Errorf("append %s event: %w", q.event, err)
+	}
+	return nil
+}
+
+// params are the parameters of e's insert. A payload that is encoded JSON
+// already (json.RawMessage) is stored as it is.
+func (e Event) params(ctx context.Context) (dbsqlc.OutboxInsertParams, error) {
 	if e.ID == uuid.Nil {
 		var err error
 		if e.ID, err = uuid.NewV7(); err != nil {
-			return uuid.Nil, fmt.Errorf("event id: %w", err)
+			return dbsqlc.OutboxInsertParams{}, fmt.Errorf("event id: %w", err)
 		}
 	}
-	payload, err := json.Marshal(e.Payload)
-	if err != nil {
-		return uuid.Nil, fmt.Errorf("encode %s payload: %w", e.Type, err)
+	payload, ok := e.Payload.(json.RawMessage)
+	if !ok {
+		var err error
+		if payload, err = json.Marshal(e.Payload); err != nil {
+			return dbsqlc.OutboxInsertParams{}, fmt.Errorf("encode %s payload: %w", e.Type, err)
+		}
 	}
-	err = dbsqlc.New(tx).OutboxInsert(ctx, dbsqlc.OutboxInsertParams{
+	return dbsqlc.OutboxInsertParams{
 		ID:             e.ID,
 		TenantID:       e.TenantID,
 		EventType:      e.Type,
@@ -74,11 +120,7 @@ func Append(ctx context.Context, tx pgx.Tx, e Event) (uuid.UUID, error) {
 		// The request's trace goes with the event: the dispatcher publishes
 		// under it (nil without tracing).
 		TraceContext: tracing.Capture(ctx),
-	})
-	if err != nil {
-		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)
-	}
-	return e.ID, nil
+	}, nil
 }
 
 // notFound is the one place where this package's queries' pgx.ErrNoRows

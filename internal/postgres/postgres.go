@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // PoolConfig tunes the pool. Zero values take the documented defaults.
@@ -86,6 +87,15 @@ func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool
 	}
 	if pc.Tracer != nil {
 		cfg.ConnConfig.Tracer = pc.Tracer
+	}
+	// google/uuid's UUID is a driver.Valuer and an sql.Scanner: without
+	// this, pgx encodes every UUID parameter through its string form and
+	// scans every UUID column by parsing one (a tenth of the API's CPU per
+	// create, measured with perf; docs/BENCHMARKS.md). Registered, it is
+	// the 16 bytes of pgx's own UUID type, both ways.
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		pgxuuid.Register(conn.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -169,13 +179,19 @@ func IsRejected(err error) bool {
 }
 
 // IsUniqueViolation reports whether err is a unique violation of the named
-// constraint (any constraint when constraint is empty).
+// constraint (any constraint when constraint is empty). On Citus the
+// constraint of a shard is named after the table's with the shard's id
+// appended (orders_tenant_idempotency_key_102008): that is the same one.
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != codeUniqueViolation {
 		return false
 	}
-	return constraint == "" || pgErr.ConstraintName == constraint
+	if constraint == "" || pgErr.ConstraintName == constraint {
+		return true
+	}
+	shard, ok := strings.CutPrefix(pgErr.ConstraintName, constraint+"_")
+	return ok && shard != "" && strings.Trim(shard, "0123456789") == ""
 }
 
 // IsUnavailable reports whether err says that the database could not be

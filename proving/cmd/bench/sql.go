@@ -49,13 +49,17 @@ FROM orders o
 WHERE o.tenant_id = $1::uuid AND o.id = $2::uuid`
 	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	// sqlOrderInsertQueued is OrderInsertQueued: no ON CONFLICT (a taken
+	// key fails the batch), nothing returned.
+	sqlOrderInsertQueued = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)`
 	sqlIdempotencyFinish = `UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,
     status_code = $2, response_headers = $3, response_body = $4,
     resource_type = $5, resource_id = $6,
     updated_at = $7, expires_at = $8
 WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
-  AND state = 'pending'`
+  AND state = 'pending' AND held_at IS NULL`
 )
 
 // sqlCreate runs, directly on the database, the statements the service runs
@@ -118,9 +122,16 @@ type (
 	}
 )
 
-// op returns the benchmark operation: one create under a fresh key.
+// op returns the benchmark operation: one create under a fresh key, with
+// the service's batching (sql).
 func (s *sqlCreate) op() op {
 	return func(ctx context.Context) error { return s.create(ctx, newKey()) }
+}
+
+// naiveOp returns one create under a fresh key, a round trip per statement
+// (sql-naive).
+func (s *sqlCreate) naiveOp() op {
+	return func(ctx context.Context) error { return s.createNaive(ctx, newKey()) }
 }
 
 // lookupOp returns the SQL-equivalent of a replay: the service's unlocked
@@ -162,9 +173,11 @@ func (s *sqlCreate) lookup(ctx context.Context, db *pgxpool.Pool, key string) (s
 	})
 }
 
-// create runs the statements of one order creation under key, in the
-// service's order.
-func (s *sqlCreate) create(ctx context.Context, key string) error {
+// createNaive runs the statements of one order creation under key, each a
+// round trip of its own: the lookup, BEGIN, the seven statements, COMMIT
+// (nine round trips). It is the sequence before the service batched it,
+// kept as a second floor (sql-naive): a service that pipelines must beat it.
+func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
 
@@ -256,4 +269,98 @@ func (s *sqlCreate) create(ctx context.Context, key string) error {
 		}
 		return nil
 	})
+}
+
+// create runs the statements of one order creation under key as the
+// service sends them (operation.Batched, orders.createBatched): on one
+// connection, the lookup, then BEGIN, the claim and the catalog read in one
+// batch, then the order, its items, the event, the stored response and
+// COMMIT in another: three round trips.
+func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
+	op := string(orders.OpCreate)
+	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			postgres.RollbackOpen(ctx, conn)
+		}
+	}()
+	rows, err := conn.Query(ctx, sqlIdempotencyGet, s.tenantID, op, key)
+	if err != nil {
+		return fmt.Errorf("fast-path lookup: %w", err)
+	}
+	if _, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[any]); !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
+	}
+
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	leaseUntil := now.Add(s.lease)
+	var (
+		first               pgx.Batch
+		claimed             int
+		sku, name, currency string
+		unitAmount          int64
+		products            int
+	)
+	first.Queue("BEGIN")
+	first.Queue(sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention)).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			claimed++
+		}
+		return rows.Err()
+	})
+	first.Queue(sqlProductGetMany, s.tenantID, []string{"travel-mug"}).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var tenant uuid.UUID
+			var stock int64
+			if err := rows.Scan(&tenant, &sku, &name, &unitAmount, &currency, &stock); err != nil {
+				return err
+			}
+			products++
+		}
+		return rows.Err()
+	})
+	if err := conn.SendBatch(ctx, &first).Close(); err != nil {
+		return fmt.Errorf("claim and load products: %w", err)
+	}
+	if claimed != 1 || products != 1 {
+		return fmt.Errorf("claim and load products: claimed %d, products %d; want 1 and 1 (travel-mug)", claimed, products)
+	}
+
+	orderID, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("order id: %w", err)
+	}
+	body, err := json.Marshal(sqlOrderJSON{
+		ID: orderID, Status: "awaiting_payment", Currency: currency, AmountTotal: unitAmount,
+		Items:     []sqlItemJSON{{SKU: sku, Name: name, Quantity: 1, UnitAmount: unitAmount, Amount: unitAmount}},
+		CreatedAt: now,
+	})
+	if err != nil {
+		return fmt.Errorf("encode order: %w", err)
+	}
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("event id: %w", err)
+	}
+	headers, err := json.Marshal(sqlStoredHeaders{ContentType: "application/json", Location: "/v1/orders/" + orderID.String()})
+	if err != nil {
+		return fmt.Errorf("encode stored headers: %w", err)
+	}
+	status201, resourceType := int32(201), "order"
+	var second pgx.Batch
+	second.Queue(sqlOrderInsertQueued, orderID, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now)
+	second.Queue(sqlOrderItemsInsert, s.tenantID, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount})
+	second.Queue(sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now)
+	second.Queue(sqlIdempotencyFinish, string(idempotency.StateCompleted), &status201, headers, body,
+		&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key)
+	second.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, &second).Close(); err != nil {
+		return fmt.Errorf("write order and commit: %w", err)
+	}
+	return nil
 }
