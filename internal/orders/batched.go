@@ -72,8 +72,11 @@ func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, req i
 			var err error
 			inserted.Exec(func(_ int, e error) { err = e })
 			switch {
-			case postgres.IsUniqueViolation(err, "orders_tenant_idempotency_key"):
+			case postgres.IsUniqueViolation(err, ""):
 				// The key's order is there, its record gone: a late retry.
+				// (Its id is a fresh UUIDv7: the other unique key of orders
+				// is not the one. No constraint is named: on Citus the
+				// worker's error comes without the name.)
 				return fmt.Errorf("insert order: %w", operation.ErrSequential)
 			case err != nil:
 				return fmt.Errorf("insert order: %w", err)

@@ -179,19 +179,16 @@ func IsRejected(err error) bool {
 }
 
 // IsUniqueViolation reports whether err is a unique violation of the named
-// constraint (any constraint when constraint is empty). On Citus the
-// constraint of a shard is named after the table's with the shard's id
-// appended (orders_tenant_idempotency_key_102008): that is the same one.
+// constraint (any constraint when constraint is empty). On Citus a
+// worker's violation reaches the client without the constraint's name
+// (the shard's, orders_tenant_idempotency_key_102008, is in the message
+// only): name none there.
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != codeUniqueViolation {
 		return false
 	}
-	if constraint == "" || pgErr.ConstraintName == constraint {
-		return true
-	}
-	shard, ok := strings.CutPrefix(pgErr.ConstraintName, constraint+"_")
-	return ok && shard != "" && strings.Trim(shard, "0123456789") == ""
+	return constraint == "" || pgErr.ConstraintName == constraint
 }
 
 // IsUnavailable reports whether err says that the database could not be
