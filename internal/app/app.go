@@ -21,6 +21,7 @@ import (
 	"github.com/exaring/otelpgx"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -196,12 +197,17 @@ func (a *App) build(ctx context.Context) (err error) {
 	cfg, logger, now, pool, o := a.cfg, a.logger, a.now, a.pool, a.opts
 	tp, traced := a.tp, a.traced
 	a.tenants = NewTenants(pool, cfg, now)
-	if err := CheckNoDemoKeys(ctx, cfg, a.tenants); err != nil {
+	if err := a.waitFor(ctx, depDatabase, func(ctx context.Context) error {
+		return databaseTransient(CheckNoDemoKeys(ctx, cfg, a.tenants))
+	}); err != nil {
 		return err
 	}
 	var demoTenants []tenants.Tenant
 	if cfg.DemoMode {
-		if demoTenants, err = a.tenants.SeedDemo(ctx); err != nil {
+		if err := a.waitFor(ctx, depDatabase, func(ctx context.Context) (err error) {
+			demoTenants, err = a.tenants.SeedDemo(ctx)
+			return databaseTransient(err)
+		}); err != nil {
 			return err
 		}
 	}
@@ -222,7 +228,9 @@ func (a *App) build(ctx context.Context) (err error) {
 	orderSvc := orders.NewService(pool, ops, now)
 	a.orders = orderSvc
 	for _, t := range demoTenants {
-		if err := orderSvc.SeedCatalog(ctx, t.ID, orders.DemoCatalog()); err != nil {
+		if err := a.waitFor(ctx, depDatabase, func(ctx context.Context) error {
+			return databaseTransient(orderSvc.SeedCatalog(ctx, t.ID, orders.DemoCatalog()))
+		}); err != nil {
 			return fmt.Errorf("seed the catalog of demo tenant %s: %w", t.Slug, err)
 		}
 	}
@@ -441,6 +449,24 @@ func brokerTransient(err error) error {
 		return nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed):
+		return err
+	}
+	return permanentSetup(err)
+}
+
+// databaseTransient marks an error of a setup step on the database as
+// permanent unless a retry can mend it: the database did not answer or the
+// connection broke (postgres.IsUnavailable), or an operator or a restart
+// ended the session (SQLSTATE class 57P: a terminated backend, a shutdown,
+// a server still starting). The setup steps (the demo keys' check, the demo
+// seeds) are idempotent, so Start repeats them like a connection; before,
+// one terminated backend made the process exit (found by the chaos run).
+func databaseTransient(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case postgres.IsUnavailable(err), errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "57P"):
 		return err
 	}
 	return permanentSetup(err)

@@ -336,3 +336,71 @@ func TestStartupRetriesABrokerRequestLostOnTheWay(t *testing.T) {
 		t.Fatal("Start became ready without retrying the lost request: the test lost nothing")
 	}
 }
+
+// TestStartupRetriesASeedWhoseSessionWasEnded: an operator (or a failover)
+// ending the API's database session while Start seeds the demo tenants is
+// retried like a connection, not an exit. The test locks the tenants
+// table, so the seed waits on it; it ends that waiting session
+// (pg_terminate_backend) and lets the lock go.
+func TestStartupRetriesASeedWhoseSessionWasEnded(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.DBLockTimeout = 30 * time.Second // the seed waits on the test's lock, not on lock_timeout
+	logs := &testkit.Buffer{}
+	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(logs, nil), testkit.Logger(t).Handler()))
+	_, cfg.PSPURL = startSimulator(t, cfg, nil, logger, time.Now)
+
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE tenants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := app.New(cfg, logger, time.Now)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	t.Cleanup(a.Close)
+	started := make(chan error, 1)
+	go func() { started <- a.Start(ctx) }()
+
+	// Another session watches: pg_stat_activity is read once per
+	// transaction, and the locker's stays open.
+	watcher, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	var pid int32
+	testkit.WaitFor(t, 30*time.Second, "the seed to wait on the tenants lock", func() bool {
+		return watcher.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, postgres.ApplicationName).Scan(&pid) == nil
+	})
+	var ended bool
+	if err := watcher.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ended); err != nil || !ended {
+		t.Fatalf("terminate the seed's session: %v %v", ended, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("start after the seed's session was ended: %v", err)
+		}
+	case <-time.After(cfg.StartupTimeout + 10*time.Second):
+		t.Fatal("Start did not return")
+	}
+	if !logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"database"`) {
+		t.Fatal("Start did not retry the seed: the test ended nothing")
+	}
+}
