@@ -386,7 +386,7 @@ func TestStartupRetriesASeedWhoseSessionWasEnded(t *testing.T) {
 			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, postgres.ApplicationName).Scan(&pid) == nil
 	})
 	var ended bool
-	if err := watcher.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ended); err != nil || !ended {
+	if err := watcher.QueryRow(ctx, `SELECT pg_terminate_backend($1::int)`, pid).Scan(&ended); err != nil || !ended {
 		t.Fatalf("terminate the seed's session: %v %v", ended, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
