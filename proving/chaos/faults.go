@@ -205,6 +205,9 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 			}
 		})
 	case StepWebhookDup:
+		if st.N == 0 {
+			e.awaitDuplicate(ctx)
+		}
 		return e.psp.update(ctx, func(f *pspsim.Faults) { f.WebhookDuplicates = st.N })
 	case StepWebhookReorder:
 		if st.N > 0 {
@@ -225,6 +228,24 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		return e.netFault(ctx, st)
 	}
 	return fmt.Errorf("unknown step %q", st.Kind)
+}
+
+// awaitDuplicate, before a duplicates window closes, waits (at most 30 s)
+// until the provider has delivered some webhook more than once in the run.
+// The steps run one after the other, so a step that waited long before
+// (a restart) can leave the window's two ends back to back, with no charge
+// between them: the window then stays open until one was duplicated, or
+// the load has long ended.
+func (e *executor) awaitDuplicate(ctx context.Context) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if d, err := e.psp.deliveries(ctx); err == nil && d.Succeeded+d.Abandoned+d.Pending > d.Events {
+			return
+		}
+		if pause(ctx, 100*time.Millisecond) != nil {
+			return
+		}
+	}
 }
 
 // A trap catches an API process in the middle of a write and kills it
