@@ -53,9 +53,6 @@ func (p *Pipeline) Queue(sql string, args ...any) {
 	p.batch.Queue(sql, args...)
 }
 
-// Len is the number of statements queued.
-func (p *Pipeline) Len() int { return p.batch.Len() }
-
 // SendBatch queues b's statements (a sqlc batch query calls it) and
 // returns their results, readable after Send.
 func (p *Pipeline) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
