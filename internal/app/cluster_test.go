@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -296,4 +297,35 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A replica configured with fewer stream replicas than the stream has is
+// refused at once, with the line that says what to set: Start retries a
+// stream declaration that got no answer, never one the broker refused.
+func TestStartupRefusesFewerStreamReplicasAtOnce(t *testing.T) {
+	t.Parallel()
+	c := brokertest.StartCluster(t)
+	cfg := testConfig(t)
+	cfg.NATSURL = c.URL()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, js := brokertest.Connect(t, c.URL(), testkit.Logger(t))
+	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, cfg.PSPURL = startSimulator(t, cfg, nil, testkit.Logger(t), time.Now)
+	a, err := app.New(cfg, testkit.Logger(t), time.Now) // NATS_STREAM_REPLICAS 1, the default
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	t.Cleanup(a.Close)
+	began := time.Now()
+	err = a.Start(ctx)
+	if !errors.Is(err, broker.ErrFewerReplicas) || !strings.Contains(err.Error(), "NATS_STREAM_REPLICAS=3") {
+		t.Fatalf("start against an R3 stream with NATS_STREAM_REPLICAS=1: %v, want ErrFewerReplicas naming NATS_STREAM_REPLICAS=3", err)
+	}
+	// At once: the first attempt's answer, not STARTUP_TIMEOUT (a minute).
+	if took := time.Since(began); took > cfg.StartupTimeout/2 {
+		t.Fatalf("refused after %v: the refusal was retried", took)
+	}
 }
