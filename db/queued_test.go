@@ -12,7 +12,8 @@ import (
 func TestQueuedQueriesAreTheirTwins(t *testing.T) {
 	t.Parallel()
 	differ := map[string]string{
-		"OrderInsertQueued": "no ON CONFLICT: a late retry's order fails the batch, COMMIT included (orders.createBatched)",
+		"OrderInsertQueued":          "no ON CONFLICT: a late retry's order fails the batch, COMMIT included (orders.createBatched)",
+		"PaymentReserveRefundQueued": "no WHERE guard: the locked row decided, the CHECK fails the batch on a miss (payments.reserveRefundBatched)",
 	}
 	queries := generatedQueries(t)
 	body := func(sql string) string {

@@ -163,3 +163,20 @@ SET state = @state, recovery_point = 'finished', locked_until = NULL,
     updated_at = @now, expires_at = @expires_at
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
   AND state = 'pending' AND held_at IS NULL;
+
+-- name: IdempotencyGetForUpdateQueued :batchone
+-- IdempotencyGetForUpdateQueued is IdempotencyGetForUpdate, queued: a later
+-- phase's Reacquire in its first batch.
+SELECT * FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+FOR UPDATE;
+
+-- name: IdempotencyCheckpointQueued :batchexec
+-- IdempotencyCheckpointQueued is IdempotencyCheckpoint, queued, for a record
+-- this transaction locked and found pending (its claim, or its Reacquire).
+UPDATE api_idempotency
+SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
+    resource_type = coalesce(sqlc.narg(resource_type), resource_type),
+    resource_id = coalesce(sqlc.narg(resource_id), resource_id)
+WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
+  AND state = 'pending' AND held_at IS NULL;

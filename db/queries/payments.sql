@@ -75,3 +75,79 @@ SELECT r.* FROM refunds r
 JOIN payments p ON p.tenant_id = r.tenant_id AND p.id = r.payment_id
 WHERE r.tenant_id = $1 AND p.tenant_id = $1 AND p.order_id = $2
 ORDER BY r.created_at, r.id;
+
+-- The payment and refund phases' statements as batch members
+-- (postgres.Pipeline): the same SQL as their twins above, except where
+-- said.
+
+-- name: PaymentGetByIdempotencyKeyQueued :batchone
+-- PaymentGetByIdempotencyKeyQueued is PaymentGetByIdempotencyKey, queued.
+SELECT * FROM payments WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: PaymentGetLiveForOrderQueued :batchone
+-- PaymentGetLiveForOrderQueued is PaymentGetLiveForOrder, queued.
+SELECT * FROM payments WHERE tenant_id = $1 AND order_id = $2 AND status IN ('pending', 'succeeded');
+
+-- name: PaymentGetForUpdateQueued :batchone
+-- PaymentGetForUpdateQueued is PaymentGetForUpdate, queued.
+SELECT * FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
+
+-- name: PaymentInsertQueued :batchone
+-- PaymentInsertQueued is PaymentInsert, queued.
+INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $10)
+RETURNING *;
+
+-- name: PaymentSucceedQueued :batchone
+-- PaymentSucceedQueued is PaymentSucceed, queued.
+UPDATE payments SET status = 'succeeded', provider_charge_id = @provider_charge_id, updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: PaymentFailQueued :batchone
+-- PaymentFailQueued is PaymentFail, queued.
+UPDATE payments SET status = 'failed', provider_charge_id = @provider_charge_id, failure_code = @failure_code, updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: PaymentReserveRefundQueued :batchexec
+-- PaymentReserveRefundQueued reserves amount for a refund, queued after
+-- the batch that locked the payment (PaymentGetForUpdateQueued) and found
+-- it succeeded with room for the amount. Unlike PaymentReserveRefund it
+-- does not check that again in a WHERE clause, which would make a miss a
+-- silent "no row" that COMMIT, in the same batch, would not notice: the
+-- payment's CHECK (refund_reserved <= amount) fails the batch instead,
+-- COMMIT included.
+UPDATE payments SET refund_reserved = refund_reserved + @amount, updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id;
+
+-- name: PaymentReleaseRefundQueued :batchexec
+-- PaymentReleaseRefundQueued is PaymentReleaseRefund, queued.
+UPDATE payments SET refund_reserved = refund_reserved - @amount, updated_at = @now WHERE tenant_id = @tenant_id AND id = @id;
+
+-- name: PaymentAddRefundedQueued :batchone
+-- PaymentAddRefundedQueued is PaymentAddRefunded, queued.
+UPDATE payments SET amount_refunded = amount_refunded + @amount, updated_at = @now WHERE tenant_id = @tenant_id AND id = @id
+RETURNING *;
+
+-- name: RefundInsertQueued :batchone
+-- RefundInsertQueued is RefundInsert, queued.
+INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $8)
+RETURNING *;
+
+-- name: RefundGetByIdempotencyKeyQueued :batchone
+-- RefundGetByIdempotencyKeyQueued is RefundGetByIdempotencyKey, queued.
+SELECT * FROM refunds WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: RefundSucceedQueued :batchone
+-- RefundSucceedQueued is RefundSucceed, queued.
+UPDATE refunds SET status = 'succeeded', provider_refund_id = @provider_refund_id, updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
+RETURNING *;
+
+-- name: RefundFailQueued :batchone
+-- RefundFailQueued is RefundFail, queued.
+UPDATE refunds SET status = 'failed', failure_code = @failure_code, updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
+RETURNING *;

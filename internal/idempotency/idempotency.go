@@ -304,6 +304,11 @@ type Claim struct {
 	// traceContext is what the record's first request stored
 	// (tracing.Capture), for a resumer's link to it.
 	traceContext []byte
+	// locked says that the record was locked and found pending in a
+	// pipeline's first batch (QueuedClaim.Claim, QueuedReacquire.Result):
+	// the one case where an update queued blind (QueueFinish,
+	// QueueCheckpoint) is known to hit it.
+	locked bool
 }
 
 // Request returns the request the claim was made for.
@@ -540,6 +545,19 @@ func (c *Claim) lock(ctx context.Context, tx pgx.Tx) (dbsqlc.ApiIdempotency, err
 }
 
 func (c *Claim) checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, res *Resource, leaseUntil, now time.Time) error {
+	p := c.checkpointParams(point, res, leaseUntil, now)
+	if err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, p); err != nil {
+		return fmt.Errorf("checkpoint idempotency record: %w", err)
+	}
+	c.RecoveryPoint = point
+	c.lease = leaseUntil
+	return nil
+}
+
+// checkpointParams are the parameters of the update that records point
+// (and res, when not nil) and the lease leaseUntil; res becomes the claim's
+// resource.
+func (c *Claim) checkpointParams(point RecoveryPoint, res *Resource, leaseUntil, now time.Time) dbsqlc.IdempotencyCheckpointParams {
 	p := dbsqlc.IdempotencyCheckpointParams{
 		RecoveryPoint:  string(point),
 		LockedUntil:    &leaseUntil,
@@ -552,12 +570,7 @@ func (c *Claim) checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, 
 		p.ResourceType, p.ResourceID = &res.Type, &res.ID
 		c.Resource = res
 	}
-	if err := dbsqlc.New(tx).IdempotencyCheckpoint(ctx, p); err != nil {
-		return fmt.Errorf("checkpoint idempotency record: %w", err)
-	}
-	c.RecoveryPoint = point
-	c.lease = leaseUntil
-	return nil
+	return p
 }
 
 // Reacquire locks the claim's record again in a later transaction of the same
@@ -568,6 +581,11 @@ func (c *Claim) checkpoint(ctx context.Context, tx pgx.Tx, point RecoveryPoint, 
 // the caller stops.
 func (c *Claim) Reacquire(ctx context.Context, tx pgx.Tx) (*Response, error) {
 	row, err := c.lock(ctx, tx)
+	return reacquired(row, err)
+}
+
+// reacquired interprets the record Reacquire locked.
+func reacquired(row dbsqlc.ApiIdempotency, err error) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relock idempotency record: %w", err)
 	}

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -41,7 +42,12 @@ func (q *QueuedClaim) Claim(ctx context.Context) (*Claim, error) {
 		err error
 	)
 	q.results.QueryRow(func(_ int, r dbsqlc.ApiIdempotency, e error) { row, err = r, e })
-	return q.store.claimed(ctx, q.req, *q.params.LockedUntil, row, err, false)
+	c, err := q.store.claimed(ctx, q.req, *q.params.LockedUntil, row, err, false)
+	if err != nil {
+		return nil, err
+	}
+	c.locked = true
+	return c, nil
 }
 
 // Executed reports the fresh claim's outcome, OutcomeExecuted, as Begin
@@ -54,13 +60,14 @@ type QueuedFinish struct {
 	results *dbsqlc.IdempotencyFinishQueuedBatchResults
 }
 
-// QueueFinish queues Finish's update into p, for a claim this transaction
-// made (a fresh one): its record is locked by the claim's insert and
-// pending, so the update always finds it. It returns resp with ExpiresAt
-// set, as Finish does; QueuedFinish.Err reads the update's outcome.
+// QueueFinish queues Finish's update into p, for a record this
+// transaction's first batch locked and found pending (QueuedClaim.Claim, or
+// QueuedReacquire.Result): the update always finds it, so the batch needs
+// no answer in between. It returns resp with ExpiresAt set, as Finish does;
+// QueuedFinish.Err reads the update's outcome.
 func (c *Claim) QueueFinish(ctx context.Context, p *postgres.Pipeline, resp Response, res *Resource) (Response, *QueuedFinish, error) {
-	if c.Kind != ClaimFresh {
-		return Response{}, nil, fmt.Errorf("idempotency: QueueFinish of a %s claim; only a fresh claim's record is known to be pending", c.Kind)
+	if err := c.queueable("QueueFinish"); err != nil {
+		return Response{}, nil, err
 	}
 	params, resp, err := c.finishParams(resp, res)
 	if err != nil {
@@ -78,5 +85,80 @@ func (f *QueuedFinish) Err() error {
 		return fmt.Errorf("store idempotent response: %w", err)
 	}
 	f.claim.RecoveryPoint = PointFinished
+	return nil
+}
+
+// queueable checks that an update may be queued blind for c: its record
+// was locked and found pending in this transaction's first batch. One
+// update does it (the transaction's last word on the record).
+func (c *Claim) queueable(what string) error {
+	if !c.locked {
+		return fmt.Errorf("idempotency: %s of %s %q, whose record no first batch locked", what, c.req.Operation, c.req.Key)
+	}
+	c.locked = false
+	return nil
+}
+
+// QueuedReacquire is a Reacquire queued into a pipeline.
+type QueuedReacquire struct {
+	claim   *Claim
+	results *dbsqlc.IdempotencyGetForUpdateQueuedBatchResults
+}
+
+// QueueReacquire queues Reacquire's lock of the claim's record into p, a
+// later phase's first batch (after BEGIN); Result gives its outcome.
+func (c *Claim) QueueReacquire(ctx context.Context, p *postgres.Pipeline) *QueuedReacquire {
+	return &QueuedReacquire{claim: c, results: dbsqlc.New(p).IdempotencyGetForUpdateQueued(ctx, []dbsqlc.IdempotencyGetForUpdateQueuedParams{{
+		TenantID: c.req.TenantID, Operation: string(c.req.Operation), IdempotencyKey: string(c.req.Key),
+	}})}
+}
+
+// Result reads the queued lock, once its pipeline was sent: what Reacquire
+// returns. When it returns neither a stored outcome nor an error, the
+// record is locked and pending, and this transaction may queue its update
+// (QueueFinish, QueueCheckpoint).
+func (q *QueuedReacquire) Result() (*Response, error) {
+	var (
+		row dbsqlc.ApiIdempotency
+		err error
+	)
+	q.results.QueryRow(func(_ int, r dbsqlc.ApiIdempotency, e error) { row, err = r, e })
+	stored, err := reacquired(row, err)
+	if stored == nil && err == nil {
+		q.claim.locked = true
+	}
+	return stored, err
+}
+
+// QueuedCheckpoint is a Checkpoint queued into a pipeline.
+type QueuedCheckpoint struct {
+	claim   *Claim
+	point   RecoveryPoint
+	lease   time.Time
+	results *dbsqlc.IdempotencyCheckpointQueuedBatchResults
+}
+
+// QueueCheckpoint queues Checkpoint's update into p, for a record this
+// transaction's first batch locked and found pending (as QueueFinish).
+// QueuedCheckpoint.Err reads its outcome.
+func (c *Claim) QueueCheckpoint(ctx context.Context, p *postgres.Pipeline, point RecoveryPoint, res *Resource) (*QueuedCheckpoint, error) {
+	if err := c.queueable("QueueCheckpoint"); err != nil {
+		return nil, err
+	}
+	now := c.store.nowUTC()
+	lease := now.Add(c.store.lease)
+	params := c.checkpointParams(point, res, lease, now)
+	return &QueuedCheckpoint{claim: c, point: point, lease: lease,
+		results: dbsqlc.New(p).IdempotencyCheckpointQueued(ctx, []dbsqlc.IdempotencyCheckpointQueuedParams{dbsqlc.IdempotencyCheckpointQueuedParams(params)})}, nil
+}
+
+// Err reads the queued checkpoint's outcome, once its pipeline was sent.
+func (q *QueuedCheckpoint) Err() error {
+	var err error
+	q.results.Exec(func(_ int, e error) { err = e })
+	if err != nil {
+		return fmt.Errorf("checkpoint idempotency record: %w", err)
+	}
+	q.claim.RecoveryPoint, q.claim.lease = q.point, q.lease
 	return nil
 }

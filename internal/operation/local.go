@@ -104,7 +104,7 @@ func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idem
 		// A fresh claim, or (only if a crash ever left one) a pending record
 		// of this operation: the mutation's own business uniqueness makes
 		// running it again safe.
-		a := &Attempt[T]{Claim: claim, Data: in, r: l.r, span: trace.SpanFromContext(ctx)}
+		a := &Attempt[T]{Claim: claim, Data: in, req: req, r: l.r, span: trace.SpanFromContext(ctx)}
 		if out, err = l.mutate(ctx, tx, a); err != nil {
 			return err
 		}

@@ -266,6 +266,9 @@ func isHeld(err error) bool { return problem.CodeOf(err) == problem.AwaitingOper
 type Outcome struct {
 	next  idempotency.RecoveryPoint
 	final *idempotency.Response
+	// queued reads the outcome of the record's update, when a Write queued
+	// it into its second batch (Attempt.QueueFinish, QueueNext).
+	queued func() error
 }
 
 // Attempt is one run of an operation: the claim it holds and Data, the run's
@@ -274,11 +277,16 @@ type Outcome struct {
 type Attempt[T any] struct {
 	Claim *idempotency.Claim
 	Data  T
+	req   idempotency.Request
 	r     *Runner
 	// span is the span of the request or resume that runs the attempt,
 	// where LateRetry reports its outcome.
 	span trace.Span
 }
+
+// Request returns the request the attempt runs: the client's, or the one
+// its claim was made for when the Recoverer resumes it.
+func (a *Attempt[T]) Request() idempotency.Request { return a.req }
 
 // Next records, in the step's transaction, that the operation reached point
 // (with res, the resource it created, if any), and continues there.
@@ -303,11 +311,17 @@ func (a *Attempt[T]) Finish(ctx context.Context, tx pgx.Tx, resp idempotency.Res
 // as the operation's final outcome: it is replayed like a success, for the
 // key's whole retention.
 func (a *Attempt[T]) Refuse(ctx context.Context, tx pgx.Tx, pe *problem.Error, res *idempotency.Resource) (Outcome, error) {
-	return a.Finish(ctx, tx, idempotency.Response{
+	return a.Finish(ctx, tx, Refusal(pe), res)
+}
+
+// Refusal is the stored response of a business failure: what Refuse
+// stores.
+func Refusal(pe *problem.Error) idempotency.Response {
+	return idempotency.Response{
 		Status:      problem.Status(pe.Code),
 		ContentType: problem.ContentType,
 		Body:        pe.JSON(),
-	}, res)
+	}
 }
 
 // LateRetry checks a key that already created the resource (kind, id)
@@ -316,7 +330,7 @@ func (a *Attempt[T]) Refuse(ctx context.Context, tx pgx.Tx, pe *problem.Error, r
 // The same request is reported as OutcomeLateRetry and may go on to answer
 // from the resource; another request under the key is refused.
 func (a *Attempt[T]) LateRetry(kind, id string, fingerprint []byte) error {
-	req := a.Claim.Request()
+	req := a.req
 	if idempotency.Fingerprint(fingerprint) != req.Fingerprint {
 		return problem.New(problem.IdempotencyKeyReused, "This Idempotency-Key already created %s %s with a different request.", kind, id)
 	}

@@ -26,9 +26,14 @@ import (
 // same every time, rule 7). It returns an error when the outcome is unknown
 // (a timeout, a 5xx): the attempt stays at this point for a retry or the
 // Recoverer, and the error is the answer (503).
+//
+// Batches, when set, is Tx written as two pipelined batches (see Batched):
+// the path of a fresh key's first step, and of a later step whose record is
+// still this attempt's. Tx remains the path of every other case.
 type Step[T any] struct {
-	Call func(ctx context.Context, a *Attempt[T]) error
-	Tx   func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcome, error)
+	Call    func(ctx context.Context, a *Attempt[T]) error
+	Tx      func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcome, error)
+	Batches Batched[T]
 }
 
 // Steps is an operation's step table: the branches of its loop, by recovery
@@ -48,6 +53,10 @@ type Steps[T any] map[idempotency.RecoveryPoint]Step[T]
 //	         step.Tx -> next point (recorded) | final response (stored)
 //	  COMMIT
 //	until final
+//
+// A step with Batches runs its BEGIN ... COMMIT as two pipelined batches
+// instead (Batched), falling back to its Tx for the cases Batched names;
+// the loop is the same.
 //
 // A crash between two steps leaves the record pending at the last point that
 // committed, with its lease; the client's retry after the lease (Run) and the
@@ -102,48 +111,10 @@ func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (ide
 	}
 	ctx, cancel := p.r.detach(ctx)
 	defer cancel()
-	if resp, err := p.r.store.Lookup(ctx, p.r.pool, req); err != nil || resp != nil {
-		if resp != nil {
-			return *resp, nil
-		}
-		return idempotency.Response{}, err
-	}
-
-	a := &Attempt[T]{Data: in, r: p.r, span: trace.SpanFromContext(ctx)}
-	var (
-		out Outcome
-		ran bool // the transaction's work succeeded: an error now is its commit's
-	)
-	err := postgres.InTx(ctx, p.r.pool, func(tx pgx.Tx) error {
-		err := func() error {
-			claim, err := p.r.store.Begin(ctx, tx, req)
-			if err != nil {
-				return err
-			}
-			a.Claim = claim
-			switch {
-			case claim.Kind == idempotency.ClaimReplay:
-				out = Outcome{final: &claim.Stored}
-				return nil
-			case claim.RecoveryPoint == idempotency.PointStarted:
-				// The first step shares the claim's transaction: the key and
-				// the recorded attempt commit together (rule 3).
-				if out, err = p.steps[idempotency.PointStarted].Tx(ctx, tx, a); err != nil {
-					return err
-				}
-				return p.r.hooks.beforeCommit(p.op, idempotency.PointStarted)
-			default:
-				// Taken over after its lease: the take-over commits, and the
-				// loop resumes from the stored point.
-				out = Outcome{next: claim.RecoveryPoint}
-				return nil
-			}
-		}()
-		ran = err == nil
-		return err
-	})
+	a := &Attempt[T]{Data: in, req: req, r: p.r, span: trace.SpanFromContext(ctx)}
+	out, committing, err := p.start(ctx, a)
 	if err != nil {
-		if ran && a.Claim != nil && out.final == nil {
+		if committing && a.Claim != nil && out.final == nil {
 			// The commit may have happened although it reported an error (a
 			// dropped connection): give a claim that may exist back at once.
 			// If nothing committed, the record is not leased by this claim
@@ -158,13 +129,72 @@ func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (ide
 	return p.drive(ctx, a, out)
 }
 
+// start runs the request's first transaction, on one connection: the
+// replay lookup, then the claim with the first step (in batches when the
+// step has them). committing reports an error that is the commit's.
+func (p *Phases[T]) start(ctx context.Context, a *Attempt[T]) (out Outcome, committing bool, err error) {
+	conn, err := p.r.pool.Acquire(ctx)
+	if err != nil {
+		return Outcome{}, false, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+	req := a.req
+	if resp, err := p.r.store.Lookup(ctx, conn, req); err != nil || resp != nil {
+		if resp != nil {
+			return Outcome{final: resp}, false, nil
+		}
+		return Outcome{}, false, err
+	}
+	first := p.steps[idempotency.PointStarted]
+	if first.Batches != nil {
+		var claim *idempotency.QueuedClaim
+		res, err := inBatches(ctx, p.r, conn, p.op, idempotency.PointStarted, a, claimLock(ctx, p.r, a, &claim), first.Batches)
+		if !res.sequential {
+			if a.Claim != nil {
+				claim.Executed(ctx)
+			}
+			return res.out, res.wrote, err
+		}
+	}
+	var ran bool // the transaction's work succeeded: an error now is its commit's
+	err = postgres.InTx(ctx, conn, func(tx pgx.Tx) error {
+		err := func() error {
+			claim, err := p.r.store.Begin(ctx, tx, req)
+			if err != nil {
+				return err
+			}
+			a.Claim = claim
+			switch {
+			case claim.Kind == idempotency.ClaimReplay:
+				out = Outcome{final: &claim.Stored}
+				return nil
+			case claim.RecoveryPoint == idempotency.PointStarted:
+				// The first step shares the claim's transaction: the key and
+				// the recorded attempt commit together (rule 3).
+				if out, err = first.Tx(ctx, tx, a); err != nil {
+					return err
+				}
+				return p.r.hooks.beforeCommit(p.op, idempotency.PointStarted)
+			default:
+				// Taken over after its lease: the take-over commits, and the
+				// loop resumes from the stored point.
+				out = Outcome{next: claim.RecoveryPoint}
+				return nil
+			}
+		}()
+		ran = err == nil
+		return err
+	})
+	return out, ran, err
+}
+
 // Resume finishes claim, an abandoned attempt the Recoverer took over, from
 // the recovery point stored on its record. Like a request, it runs to its end
 // within the write timeout even when ctx is cancelled (shutdown).
 func (p *Phases[T]) Resume(ctx context.Context, claim *idempotency.Claim) (idempotency.Response, error) {
 	ctx, cancel := p.r.detach(ctx)
 	defer cancel()
-	a := &Attempt[T]{Claim: claim, r: p.r, span: trace.SpanFromContext(ctx)}
+	a := &Attempt[T]{Claim: claim, req: claim.Request(), r: p.r, span: trace.SpanFromContext(ctx)}
 	if claim.Request().Operation != p.op || claim.RecoveryPoint == idempotency.PointStarted {
 		// A record at started never commits pending (its first step runs in
 		// the claim's transaction), and the first step needs the request's
@@ -244,6 +274,19 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 				return idempotency.Response{}, err
 			}
 		}
+		if step.Batches != nil {
+			next, done, err := p.inBatches(ctx, a, point, step.Batches)
+			if err != nil {
+				return stop(err)
+			}
+			if done {
+				out = next
+				if out.final != nil && !out.final.Replayed {
+					p.r.afterCommit()
+				}
+				continue
+			}
+		}
 		err := postgres.InTx(ctx, p.r.pool, func(tx pgx.Tx) error {
 			stored, err := a.Claim.Reacquire(ctx, tx)
 			if err != nil {
@@ -266,4 +309,16 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 		}
 	}
 	return *out.final, nil
+}
+
+// inBatches runs a later step's transaction in batches (Step.Batches), on a
+// connection of its own. done is false when the step's Tx must decide.
+func (p *Phases[T]) inBatches(ctx context.Context, a *Attempt[T], point idempotency.RecoveryPoint, batched Batched[T]) (out Outcome, done bool, err error) {
+	conn, err := p.r.pool.Acquire(ctx)
+	if err != nil {
+		return Outcome{}, true, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+	res, err := inBatches(ctx, p.r, conn, p.op, point, a, reacquireLock(ctx, a), batched)
+	return res.out, !res.sequential, err
 }

@@ -24,24 +24,25 @@ import (
 // has no ON CONFLICT here, so an order already there for the key fails the
 // batch (unique violation) and the transaction rolls back before anything
 // else of it is written.
-func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, req idempotency.Request, in CreateInput) (operation.Write[CreateInput], error) {
+func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, a *operation.Attempt[CreateInput]) (operation.Write[CreateInput], error) {
+	req, in := a.Request(), a.Data
 	products := dbsqlc.New(p).ProductGetManyQueued(ctx, []dbsqlc.ProductGetManyQueuedParams{{TenantID: req.TenantID, Skus: skus(in)}})
-	return func(ctx context.Context, p *postgres.Pipeline, a *operation.Attempt[CreateInput]) (idempotency.Response, *idempotency.Resource, func() error, error) {
+	return func(ctx context.Context, p *postgres.Pipeline, a *operation.Attempt[CreateInput]) (operation.Outcome, func() error, error) {
 		var (
 			rows []dbsqlc.Product
 			err  error
 		)
 		products.Query(func(_ int, r []dbsqlc.Product, e error) { rows, err = r, e })
 		if err != nil {
-			return idempotency.Response{}, nil, nil, fmt.Errorf("load products: %w", err)
+			return operation.Outcome{}, nil, fmt.Errorf("load products: %w", err)
 		}
 		lines, total, err := priceFrom(rows, in)
 		if err != nil {
-			return idempotency.Response{}, nil, nil, err
+			return operation.Outcome{}, nil, err
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
-			return idempotency.Response{}, nil, nil, fmt.Errorf("order id: %w", err)
+			return operation.Outcome{}, nil, fmt.Errorf("order id: %w", err)
 		}
 		now := s.nowUTC()
 		row := dbsqlc.Order{ID: id, TenantID: req.TenantID, IdempotencyKey: string(req.Key), RequestHash: req.Fingerprint[:],
@@ -49,7 +50,7 @@ func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, req i
 		order := orderFromRows(row, itemRows(row, lines))
 		body, err := encodeJSON(orderJSONFrom(order))
 		if err != nil {
-			return idempotency.Response{}, nil, nil, err
+			return operation.Outcome{}, nil, err
 		}
 		q := dbsqlc.New(p)
 		inserted := q.OrderInsertQueued(ctx, []dbsqlc.OrderInsertQueuedParams{{ID: row.ID, TenantID: row.TenantID,
@@ -66,7 +67,7 @@ func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, req i
 			Payload:        json.RawMessage(body),
 		})
 		if err != nil {
-			return idempotency.Response{}, nil, nil, err
+			return operation.Outcome{}, nil, err
 		}
 		check := func() error {
 			var err error
@@ -87,12 +88,13 @@ func (s *Service) createBatched(ctx context.Context, p *postgres.Pipeline, req i
 			}
 			return event.Err()
 		}
-		return idempotency.Response{
+		out, err := a.QueueFinish(ctx, p, idempotency.Response{
 			Status:      http.StatusCreated,
 			ContentType: "application/json",
 			Location:    "/v1/orders/" + order.ID.String(),
 			Body:        body,
-		}, &idempotency.Resource{Type: "order", ID: order.ID}, check, nil
+		}, &idempotency.Resource{Type: "order", ID: order.ID})
+		return out, check, err
 	}, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/testkit"
 )
@@ -33,17 +31,7 @@ func TestCreateRoundTrips(t *testing.T) {
 
 	// The orders service's pool goes through the counter, one connection:
 	// every round trip of a create is on it.
-	counter := testkit.StartRoundTripCounter(t, testkit.Upstream(t, pool.Config().ConnString()))
-	u, err := url.Parse(pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = counter.Addr
-	counted, err := postgres.Open(context.Background(), u.String(), postgres.PoolConfig{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(counted.Close)
+	counted, counter := testkit.CountedPool(t, pool)
 	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, clock.Now, idempotency.WithLease(30*time.Second))
 	svc := orders.NewService(counted, operation.NewRunner(counted, store, logger), clock.Now)
 	if err := svc.SeedCatalog(context.Background(), demo["acme"].ID, orders.DemoCatalog()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -227,19 +228,64 @@ func (s *Service) LockForPayment(ctx context.Context, tx pgx.Tx, tenantID, id uu
 // from where the order is (Status.Predecessors). It reports whether the
 // order moved; an order already at to, or past it, stays as it is.
 func (s *Service) Advance(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID, to Status) (bool, error) {
+	params, err := s.advanceParams(tenantID, id, to)
+	if err != nil {
+		return false, err
+	}
+	n, err := dbsqlc.New(tx).OrderAdvanceStatus(ctx, params)
+	if err != nil {
+		return false, fmt.Errorf("advance order %s to %s: %w", id, to, err)
+	}
+	return n == 1, nil
+}
+
+func (s *Service) advanceParams(tenantID, id uuid.UUID, to Status) (dbsqlc.OrderAdvanceStatusParams, error) {
 	from := to.Predecessors()
 	if len(from) == 0 {
-		return false, fmt.Errorf("advance order %s: nothing moves to %q", id, to)
+		return dbsqlc.OrderAdvanceStatusParams{}, fmt.Errorf("advance order %s: nothing moves to %q", id, to)
 	}
 	names := make([]string, len(from))
 	for i, st := range from {
 		names[i] = string(st)
 	}
-	n, err := dbsqlc.New(tx).OrderAdvanceStatus(ctx, dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), TenantID: tenantID, ID: id, FromStatuses: names})
-	if err != nil {
-		return false, fmt.Errorf("advance order %s to %s: %w", id, to, err)
+	return dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), TenantID: tenantID, ID: id, FromStatuses: names}, nil
+}
+
+// QueueLockForPayment queues LockForPayment into p, a payment phase's first
+// batch; the function it returns reads the order once p was sent.
+func (s *Service) QueueLockForPayment(ctx context.Context, p *postgres.Pipeline, tenantID, id uuid.UUID) func() (Order, error) {
+	results := dbsqlc.New(p).OrderGetForUpdateQueued(ctx, []dbsqlc.OrderGetForUpdateQueuedParams{{TenantID: tenantID, ID: id}})
+	return func() (Order, error) {
+		var (
+			row dbsqlc.Order
+			err error
+		)
+		results.QueryRow(func(_ int, r dbsqlc.Order, e error) { row, err = r, e })
+		if err != nil {
+			return Order{}, notFound(err, "lock order")
+		}
+		return orderFromRows(row, nil), nil
 	}
-	return n == 1, nil
+}
+
+// QueueAdvance queues Advance into p, a payment phase's second batch; the
+// function it returns reads its outcome once p was sent. Whether the order
+// moved is not reported: the phases act the same either way (an order
+// already past to stays as it is).
+func (s *Service) QueueAdvance(ctx context.Context, p *postgres.Pipeline, tenantID, id uuid.UUID, to Status) (func() error, error) {
+	params, err := s.advanceParams(tenantID, id, to)
+	if err != nil {
+		return nil, err
+	}
+	results := dbsqlc.New(p).OrderAdvanceStatusQueued(ctx, []dbsqlc.OrderAdvanceStatusQueuedParams{dbsqlc.OrderAdvanceStatusQueuedParams(params)})
+	return func() error {
+		var err error
+		results.Exec(func(_ int, e error) { err = e })
+		if err != nil {
+			return fmt.Errorf("advance order %s to %s: %w", id, to, err)
+		}
+		return nil
+	}, nil
 }
 
 // Cursor is a position in the newest-first list of orders.

@@ -37,8 +37,8 @@ type payAttempt struct {
 // paySteps is payments.create as a step table.
 func (s *Service) paySteps() operation.Steps[payAttempt] {
 	return operation.Steps[payAttempt]{
-		idempotency.PointStarted: {Tx: s.recordPayment},
-		PointPaymentCreated:      {Call: s.chargeAtProvider, Tx: s.recordCharge},
+		idempotency.PointStarted: {Tx: s.recordPayment, Batches: s.recordPaymentBatched},
+		PointPaymentCreated:      {Call: s.chargeAtProvider, Tx: s.recordCharge, Batches: s.recordChargeBatched},
 	}
 }
 
@@ -243,10 +243,19 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay Payment, c Cha
 	return moved, nil
 }
 
-// finishPayment stores the answer for a final payment: 201 with the payment,
+// finishPayment stores the answer for a final payment (paymentAnswer).
+func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, a *operation.Attempt[payAttempt], pay Payment) (operation.Outcome, error) {
+	resp, res, err := paymentAnswer(pay)
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	return a.Finish(ctx, tx, resp, res)
+}
+
+// paymentAnswer is the answer for a final payment: 201 with the payment,
 // 402 card_declined when the provider declined a charge, or 422
 // payment_rejected when it refused the request without creating a charge.
-func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, a *operation.Attempt[payAttempt], pay Payment) (operation.Outcome, error) {
+func paymentAnswer(pay Payment) (idempotency.Response, *idempotency.Resource, error) {
 	res := &idempotency.Resource{Type: "payment", ID: pay.ID}
 	switch pay.Status {
 	case StatusFailed:
@@ -257,19 +266,19 @@ func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 				"The payment provider refused payment %s (%s); check the payment method. A new attempt needs a new Idempotency-Key.", pay.ID, deref(pay.FailureCode))
 		}
 		pe.Instance = "/v1/payments/" + pay.ID.String()
-		return a.Refuse(ctx, tx, pe, res)
+		return operation.Refusal(pe), res, nil
 	case StatusSucceeded:
 	default: // cannot happen: the charge was recorded, or the payment was final already
-		return operation.Outcome{}, fmt.Errorf("payment %s is still %s after its charge", pay.ID, pay.Status)
+		return idempotency.Response{}, nil, fmt.Errorf("payment %s is still %s after its charge", pay.ID, pay.Status)
 	}
 	body, err := wire.Encode(paymentJSONFrom(pay))
 	if err != nil {
-		return operation.Outcome{}, err
+		return idempotency.Response{}, nil, err
 	}
-	return a.Finish(ctx, tx, idempotency.Response{
+	return idempotency.Response{
 		Status:      http.StatusCreated,
 		ContentType: "application/json",
 		Location:    "/v1/payments/" + pay.ID.String(),
 		Body:        body,
-	}, res)
+	}, res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ type refundAttempt struct {
 	ref      Refund
 	loaded   bool
 	recorded bool
+	// pay is the refunded payment, when this run's first step locked it
+	// (its id and charge never change); nil when the run resumes.
+	pay *Payment
 	// The provider's answer, for the step that records it: the refund it
 	// made (succeeded), or the code of its refusal or failure. Both nil when
 	// the refund was finished meanwhile (by its webhook).
@@ -39,8 +43,8 @@ type refundAttempt struct {
 // refundSteps is refunds.create as a step table.
 func (s *Service) refundSteps() operation.Steps[refundAttempt] {
 	return operation.Steps[refundAttempt]{
-		idempotency.PointStarted: {Tx: s.reserveRefund},
-		PointRefundCreated:       {Call: s.refundAtProvider, Tx: s.recordRefund},
+		idempotency.PointStarted: {Tx: s.reserveRefund, Batches: s.reserveRefundBatched},
+		PointRefundCreated:       {Call: s.refundAtProvider, Tx: s.recordRefund, Batches: s.recordRefundBatched},
 	}
 }
 
@@ -108,6 +112,7 @@ func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Att
 		return operation.Outcome{}, err
 	}
 	a.Data.ref, a.Data.loaded, a.Data.recorded = ref, true, true
+	a.Data.pay = &pay
 	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: ref.ID})
 }
 
@@ -122,11 +127,18 @@ func (s *Service) refundAtProvider(ctx context.Context, a *operation.Attempt[ref
 	if ref.Status != StatusPending {
 		return nil
 	}
-	pay, err := storeOf(s.pool).payment(ctx, ref.TenantID, ref.PaymentID)
-	if err != nil {
-		return err
+	if a.Data.pay == nil {
+		pay, err := storeOf(s.pool).payment(ctx, ref.TenantID, ref.PaymentID)
+		if err != nil {
+			return err
+		}
+		a.Data.pay = &pay
 	}
-	var pr *ProviderRefund
+	pay := *a.Data.pay
+	var (
+		pr  *ProviderRefund
+		err error
+	)
 	if !a.Data.recorded {
 		if pr, err = s.provider.FindRefund(ctx, pay.ID.String(), ref.ID.String()); err != nil {
 			return s.unknownOutcome(ctx, a.Claim.Request(), err)
@@ -224,28 +236,39 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 	if err != nil {
 		return Refund{}, err
 	}
-	status := orders.StatusPartiallyRefunded
-	if pay.AmountRefunded == pay.Amount {
-		status = orders.StatusRefunded
-	}
-	if _, err := s.orders.Advance(ctx, tx, pay.TenantID, pay.OrderID, status); err != nil {
+	if _, err := s.orders.Advance(ctx, tx, pay.TenantID, pay.OrderID, refundedStatus(pay)); err != nil {
 		return Refund{}, err
 	}
-	if _, err := outbox.Append(ctx, tx, outbox.Event{
-		TenantID:       moved.TenantID,
-		Type:           EventRefundSucceeded,
-		AggregateType:  "refund",
-		AggregateID:    moved.ID,
-		IdempotencyKey: moved.IdempotencyKey,
-		OccurredAt:     now,
-		Payload: map[string]any{
-			"refund": refundJSONFrom(moved), "payment_id": pay.ID, "order_id": pay.OrderID,
-			"amount_refunded": pay.AmountRefunded, "payment_amount": pay.Amount,
-		},
-	}); err != nil {
+	if _, err := outbox.Append(ctx, tx, refundSucceededEvent(moved, pay, now)); err != nil {
 		return Refund{}, err
 	}
 	return moved, nil
+}
+
+// refundedStatus is where a refund moves the order of pay, its payment
+// with the refund's amount counted: refunded once nothing is left.
+func refundedStatus(pay Payment) orders.Status {
+	if pay.AmountRefunded == pay.Amount {
+		return orders.StatusRefunded
+	}
+	return orders.StatusPartiallyRefunded
+}
+
+// refundSucceededEvent is the refund.succeeded event of ref, a refund of pay
+// (with the refund's amount counted), that moved at now.
+func refundSucceededEvent(ref Refund, pay Payment, now time.Time) outbox.Event {
+	return outbox.Event{
+		TenantID:       ref.TenantID,
+		Type:           EventRefundSucceeded,
+		AggregateType:  "refund",
+		AggregateID:    ref.ID,
+		IdempotencyKey: ref.IdempotencyKey,
+		OccurredAt:     now,
+		Payload: map[string]any{
+			"refund": refundJSONFrom(ref), "payment_id": pay.ID, "order_id": pay.OrderID,
+			"amount_refunded": pay.AmountRefunded, "payment_amount": pay.Amount,
+		},
+	}
 }
 
 // failRefund records a provider's refusal and gives the reserved amount back.
@@ -266,8 +289,18 @@ func (s *Service) failRefund(ctx context.Context, tx pgx.Tx, ref Refund, code st
 }
 
 // finishRefund stores the answer for a refund after the provider's answer
-// was recorded.
+// was recorded (refundAnswer).
 func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt], ref Refund) (operation.Outcome, error) {
+	resp, res, err := refundAnswer(ref)
+	if err != nil {
+		return operation.Outcome{}, err
+	}
+	return a.Finish(ctx, tx, resp, res)
+}
+
+// refundAnswer is the answer for a refund after the provider's answer was
+// recorded: 201 with the refund, or the provider's refusal.
+func refundAnswer(ref Refund) (idempotency.Response, *idempotency.Resource, error) {
 	res := &idempotency.Resource{Type: "refund", ID: ref.ID}
 	if ref.Status == StatusFailed {
 		// The provider refused: for more than the charge still holds, that is
@@ -277,17 +310,17 @@ func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, a *operation.Atte
 		if deref(ref.FailureCode) == "amount_too_large" {
 			code = problem.RefundExceedsPayment
 		}
-		return a.Refuse(ctx, tx, problem.New(code,
-			"The provider refused refund %s (%s).", ref.ID, deref(ref.FailureCode)), res)
+		return operation.Refusal(problem.New(code,
+			"The provider refused refund %s (%s).", ref.ID, deref(ref.FailureCode))), res, nil
 	}
 	body, err := wire.Encode(refundJSONFrom(ref))
 	if err != nil {
-		return operation.Outcome{}, err
+		return idempotency.Response{}, nil, err
 	}
-	return a.Finish(ctx, tx, idempotency.Response{
+	return idempotency.Response{
 		Status:      http.StatusCreated,
 		ContentType: "application/json",
 		Location:    "/v1/refunds/" + ref.ID.String(),
 		Body:        body,
-	}, res)
+	}, res, nil
 }

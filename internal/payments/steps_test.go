@@ -36,6 +36,7 @@ type bundle struct {
 	pool      *pgxpool.Pool
 	clock     *testkit.Clock
 	sim       *pspsim.Server
+	simURL    string
 	orders    *orders.Service
 	svc       *payments.Service
 	recoverer *operation.Recoverer
@@ -61,7 +62,7 @@ func setup(t *testing.T) *bundle {
 	}
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
-	b.sim = sim
+	b.sim, b.simURL = sim, srv.URL
 
 	crashes := func(want string) bool {
 		c := b.crash.Load()

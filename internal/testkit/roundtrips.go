@@ -1,12 +1,18 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // RoundTripCounter is a TCP relay between a client and its server that
@@ -96,4 +102,24 @@ func (c *RoundTripCounter) relay(client, server net.Conn) {
 	}
 	c.wg.Go(func() { copyFrom(server, client, true) })
 	c.wg.Go(func() { copyFrom(client, server, false) })
+}
+
+// CountedPool opens a pool of one connection to pool's database through a
+// RoundTripCounter, which it returns: every round trip of whoever works on
+// the pool is counted, in order, on that one connection. Both stop when
+// the test ends.
+func CountedPool(t testing.TB, pool *pgxpool.Pool) (*pgxpool.Pool, *RoundTripCounter) {
+	t.Helper()
+	counter := StartRoundTripCounter(t, Upstream(t, pool.Config().ConnString()))
+	u, err := url.Parse(pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = counter.Addr
+	counted, err := postgres.Open(context.Background(), u.String(), postgres.PoolConfig{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(counted.Close)
+	return counted, counter
 }

@@ -277,14 +277,15 @@ var (
 		waiting: []string{"%SET published_at%"},
 	}
 	// recordTrap: pending payments and refunds; the provider has answered
-	// and phase 2 (or the webhook worker) records the outcome (drill 7).
+	// and phase 2 (or the webhook worker) records the outcome (drill 7):
+	// statement by statement, or in phase 2's first batch (...Queued).
 	recordTrap = trap{
 		lock:    `SELECT id FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
-		waiting: []string{"%name: PaymentSucceed %", "%name: PaymentFail %"},
+		waiting: []string{"%name: PaymentSucceed %", "%name: PaymentFail %", "%name: PaymentSucceedQueued %", "%name: PaymentFailQueued %"},
 	}
 	refundRecordTrap = trap{
 		lock:    `SELECT id FROM refunds WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
-		waiting: []string{"%name: RefundSucceed %", "%name: RefundFail %"},
+		waiting: []string{"%name: RefundSucceed %", "%name: RefundFail %", "%name: RefundSucceedQueued %", "%name: RefundFailQueued %"},
 	}
 )
 

@@ -18,6 +18,74 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
+const idempotencyCheckpointQueued = `-- name: IdempotencyCheckpointQueued :batchexec
+UPDATE api_idempotency
+SET recovery_point = $1, locked_until = $2, updated_at = $3,
+    resource_type = coalesce($4, resource_type),
+    resource_id = coalesce($5, resource_id)
+WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
+  AND state = 'pending' AND held_at IS NULL
+`
+
+type IdempotencyCheckpointQueuedBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type IdempotencyCheckpointQueuedParams struct {
+	RecoveryPoint  string
+	LockedUntil    *time.Time
+	Now            time.Time
+	ResourceType   *string
+	ResourceID     *uuid.UUID
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyCheckpointQueued is IdempotencyCheckpoint, queued, for a record
+// this transaction locked and found pending (its claim, or its Reacquire).
+func (q *Queries) IdempotencyCheckpointQueued(ctx context.Context, arg []IdempotencyCheckpointQueuedParams) *IdempotencyCheckpointQueuedBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.RecoveryPoint,
+			a.LockedUntil,
+			a.Now,
+			a.ResourceType,
+			a.ResourceID,
+			a.TenantID,
+			a.Operation,
+			a.IdempotencyKey,
+		}
+		batch.Queue(idempotencyCheckpointQueued, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &IdempotencyCheckpointQueuedBatchResults{br, len(arg), false}
+}
+
+func (b *IdempotencyCheckpointQueuedBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *IdempotencyCheckpointQueuedBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const idempotencyFinishQueued = `-- name: IdempotencyFinishQueued :batchexec
 UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,
@@ -89,6 +157,84 @@ func (b *IdempotencyFinishQueuedBatchResults) Exec(f func(int, error)) {
 }
 
 func (b *IdempotencyFinishQueuedBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const idempotencyGetForUpdateQueued = `-- name: IdempotencyGetForUpdateQueued :batchone
+SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+FOR UPDATE
+`
+
+type IdempotencyGetForUpdateQueuedBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type IdempotencyGetForUpdateQueuedParams struct {
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+}
+
+// IdempotencyGetForUpdateQueued is IdempotencyGetForUpdate, queued: a later
+// phase's Reacquire in its first batch.
+func (q *Queries) IdempotencyGetForUpdateQueued(ctx context.Context, arg []IdempotencyGetForUpdateQueuedParams) *IdempotencyGetForUpdateQueuedBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.TenantID,
+			a.Operation,
+			a.IdempotencyKey,
+		}
+		batch.Queue(idempotencyGetForUpdateQueued, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &IdempotencyGetForUpdateQueuedBatchResults{br, len(arg), false}
+}
+
+func (b *IdempotencyGetForUpdateQueuedBatchResults) QueryRow(f func(int, ApiIdempotency, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i ApiIdempotency
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(
+			&i.TenantID,
+			&i.Operation,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.State,
+			&i.RecoveryPoint,
+			&i.LockedUntil,
+			&i.RequestID,
+			&i.StatusCode,
+			&i.ResponseHeaders,
+			&i.ResponseBody,
+			&i.ResourceType,
+			&i.ResourceID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.HeldAt,
+			&i.Recoveries,
+			&i.NextRecoveryAt,
+			&i.TraceContext,
+		)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *IdempotencyGetForUpdateQueuedBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

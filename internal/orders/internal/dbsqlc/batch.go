@@ -18,6 +18,128 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
+const orderAdvanceStatusQueued = `-- name: OrderAdvanceStatusQueued :batchexec
+UPDATE orders SET status = $1, updated_at = $2
+WHERE tenant_id = $3 AND id = $4 AND status = ANY($5::text[])
+`
+
+type OrderAdvanceStatusQueuedBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type OrderAdvanceStatusQueuedParams struct {
+	Status       string
+	Now          time.Time
+	TenantID     uuid.UUID
+	ID           uuid.UUID
+	FromStatuses []string
+}
+
+// OrderAdvanceStatusQueued is OrderAdvanceStatus, queued. An order that
+// does not move is not an error, as for its twin.
+func (q *Queries) OrderAdvanceStatusQueued(ctx context.Context, arg []OrderAdvanceStatusQueuedParams) *OrderAdvanceStatusQueuedBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Status,
+			a.Now,
+			a.TenantID,
+			a.ID,
+			a.FromStatuses,
+		}
+		batch.Queue(orderAdvanceStatusQueued, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &OrderAdvanceStatusQueuedBatchResults{br, len(arg), false}
+}
+
+func (b *OrderAdvanceStatusQueuedBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *OrderAdvanceStatusQueuedBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const orderGetForUpdateQueued = `-- name: OrderGetForUpdateQueued :batchone
+
+SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+`
+
+type OrderGetForUpdateQueuedBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type OrderGetForUpdateQueuedParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+// The payment phases' statements on orders, as batch members.
+// OrderGetForUpdateQueued is OrderGetForUpdate, queued.
+func (q *Queries) OrderGetForUpdateQueued(ctx context.Context, arg []OrderGetForUpdateQueuedParams) *OrderGetForUpdateQueuedBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.TenantID,
+			a.ID,
+		}
+		batch.Queue(orderGetForUpdateQueued, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &OrderGetForUpdateQueuedBatchResults{br, len(arg), false}
+}
+
+func (b *OrderGetForUpdateQueuedBatchResults) QueryRow(f func(int, Order, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i Order
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.Status,
+			&i.Currency,
+			&i.AmountTotal,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *OrderGetForUpdateQueuedBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const orderInsertQueued = `-- name: OrderInsertQueued :batchexec
 INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
