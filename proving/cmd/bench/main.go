@@ -91,6 +91,8 @@ type config struct {
 	sweepRecords int
 	sweepBatch   int
 	sweepDuty    float64
+	// growRecords > 0 runs the grown-data comparison instead (grown.go).
+	growRecords int
 	// overload > 0 offers that multiple of the measured create throughput,
 	// open loop, for overloadFor; soak > 0 offers soakFraction of it for
 	// soak. Either replaces the scenarios (overload.go).
@@ -127,6 +129,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.IntVar(&c.sweepRecords, "sweep-records", 0, "instead of the scenarios: seed this many expired records per round and compare create while the sweeper deletes them all with create alone (e.g. 1000000)")
 	fs.IntVar(&c.sweepBatch, "sweep-batch", retention.DefaultBatchSize, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
 	fs.Float64Var(&c.sweepDuty, "sweep-duty", retention.DefaultDutyCycle, "share of the time the sweep comparison's sweeper spends deleting (the service's SWEEP_DUTY_CYCLE; 1: no pauses)")
+	fs.IntVar(&c.growRecords, "grow-records", 0, "instead of the scenarios: measure create and replay, seed this many finished idempotency records and a fifth as many orders and published events, measure again, and compare (e.g. 10000000)")
 	fs.Float64Var(&c.overload, "overload", 0, "instead of the scenarios: measure create throughput closed loop at the largest --clients, then offer this multiple of it open loop for --overload-duration (e.g. 5)")
 	fs.DurationVar(&c.overloadFor, "overload-duration", time.Minute, "how long --overload offers its load")
 	fs.DurationVar(&c.soak, "soak", 0, "instead of the scenarios (after --overload if given): offer --soak-fraction of the measured create throughput open loop for this long (e.g. 30m)")
@@ -186,6 +189,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--soak-fraction must be in (0, 1]")
 	case (c.overload > 0 || c.soak > 0) && c.sweepRecords > 0:
 		return config{}, errors.New("--overload and --soak do not combine with --sweep-records")
+	case c.growRecords < 0, c.growRecords > 0 && c.growRecords < 10:
+		return config{}, errors.New("--grow-records must be 0 or at least 10")
+	case c.growRecords > 0 && c.databaseURL == "":
+		return config{}, errors.New("--grow-records needs --database-url or DATABASE_URL")
+	case c.growRecords > 0 && (c.sweepRecords > 0 || c.overload > 0 || c.soak > 0):
+		return config{}, errors.New("--grow-records does not combine with --sweep-records, --overload or --soak")
 	case (c.overload > 0 || c.soak > 0) && c.load.requests > 0:
 		return config{}, errors.New("--overload and --soak measure capacity for --duration: drop --requests")
 	}
@@ -194,6 +203,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	}
 	if c.overload > 0 || c.soak > 0 {
 		c.scenarios = []string{scenarioCreate}
+	}
+	if c.growRecords > 0 {
+		c.scenarios = []string{scenarioCreate, scenarioReplay}
 	}
 	return c, nil
 }
@@ -248,7 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	ops := make(map[string]op, 4)
 	var direct *sqlCreate
-	if cfg.needs(scenarioSQL, scenarioSQLNaive, scenarioSQLReplay) || cfg.sweepRecords > 0 {
+	if cfg.needs(scenarioSQL, scenarioSQLNaive, scenarioSQLReplay) || cfg.sweepRecords > 0 || cfg.growRecords > 0 {
 		// The service's own pool settings (size 20, lock and statement
 		// timeouts), so the SQL runs under the same conditions.
 		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients))})
@@ -346,23 +358,69 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 		}
 	}
-	for round := 1; round <= cfg.rounds && sweep == nil; round++ {
-		i := 0
-		for _, clients := range cfg.clients {
-			for _, sc := range cfg.scenarios {
-				r := measure(ctx, sc, clients, cfg.load, ops[sc], &errs, probe)
-				if ctx.Err() != nil {
-					return ctx.Err()
+	// rounds measures each of scenarios at each client count, round after
+	// round, under the name it is reported with (as[i]; the scenario's own
+	// when nil).
+	rounds := func(scenarios, as []string) error {
+		first := len(results)
+		for round := 1; round <= cfg.rounds; round++ {
+			i := first
+			for _, clients := range cfg.clients {
+				for k, sc := range scenarios {
+					name := sc
+					if as != nil {
+						name = as[k]
+					}
+					r := measure(ctx, name, clients, cfg.load, ops[sc], &errs, probe)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s\n", round, name, clients,
+						r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)))
+					if round == 1 {
+						results = append(results, r)
+					} else {
+						results[i].merge(r)
+					}
+					i++
 				}
-				fmt.Fprintf(stdout, "  round %d %-10s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s\n", round, sc, clients,
-					r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)))
-				if round == 1 {
-					results = append(results, r)
-				} else {
-					results[i].merge(r)
-				}
-				i++
 			}
+		}
+		return nil
+	}
+	var grow *growBench
+	switch {
+	case sweep != nil:
+	case cfg.growRecords > 0:
+		grow = &growBench{pool: direct.pool, tenantID: direct.tenantID, records: cfg.growRecords}
+		fmt.Fprintf(stdout, "grown-data comparison: %d finished idempotency records, %d orders, %d published events\n", cfg.growRecords, cfg.growRecords/5, cfg.growRecords/5)
+		if err := grow.sizes(ctx, stdout, "before"); err != nil {
+			return err
+		}
+		if err := rounds(cfg.scenarios, nil); err != nil {
+			return err
+		}
+		err := grow.seed(ctx, stdout)
+		defer func() {
+			if err := grow.unseed(context.WithoutCancel(ctx), stdout); err != nil {
+				fmt.Fprintf(stdout, "  %v (the seeded keys start with %q)\n", err, grow.prefix)
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		if err := grow.sizes(ctx, stdout, "seeded"); err != nil {
+			return err
+		}
+		if err := rounds(cfg.scenarios, []string{scenarioCreateGrown, scenarioReplayGrown}); err != nil {
+			return err
+		}
+		if err := grow.sizes(ctx, stdout, "after the grown runs"); err != nil {
+			return err
+		}
+	default:
+		if err := rounds(cfg.scenarios, nil); err != nil {
+			return err
 		}
 	}
 
@@ -373,8 +431,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	fmt.Fprintln(stdout)
 	ts := targets(results, cfg.clients, rss)
-	if sweep != nil {
+	switch {
+	case sweep != nil:
 		ts = sweepTargets(results, cfg.clients)
+	case grow != nil:
+		ts = grownTargets(results, cfg.clients)
 	}
 	if err := printTargets(stdout, ts); err != nil {
 		return err
