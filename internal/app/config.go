@@ -197,6 +197,12 @@ type Config struct {
 	// stuck until an operator retries it (OUTBOX_MAX_ATTEMPTS, default
 	// outbox.DefaultMaxAttempts, 10).
 	OutboxMaxAttempts int
+	// OutboxAtomicMin is the smallest claimed batch the dispatcher
+	// publishes as one JetStream atomic batch, synced once on a server
+	// that syncs every write (OUTBOX_ATOMIC_MIN, default
+	// outbox.DefaultAtomicMin, 32; 0: never, for a server that does not
+	// sync each write, where an atomic batch only costs).
+	OutboxAtomicMin int
 	// FulfillmentConsumer runs the fulfillment consumer in this process
 	// (FULFILLMENT_CONSUMER, default true).
 	FulfillmentConsumer bool
@@ -282,6 +288,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		OutboxPublishTimeout: r.duration("OUTBOX_PUBLISH_TIMEOUT", outbox.DefaultPublishTimeout),
 		OutboxLease:          r.duration("OUTBOX_LEASE", outbox.DefaultLease),
 		OutboxMaxAttempts:    r.integer("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, 1, 1000),
+		OutboxAtomicMin:      r.integer("OUTBOX_ATOMIC_MIN", outbox.DefaultAtomicMin, 0, outbox.MaxAtomicBatch),
 		FulfillmentConsumer:  r.boolean("FULFILLMENT_CONSUMER", true),
 		AdminToken:           getenv("ADMIN_TOKEN"),
 	}

@@ -51,9 +51,10 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("lease as long as a write: %v", err)
 	}
 	// Every bad variable is reported at once.
-	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "SWEEP_DUTY_CYCLE": "0"}
+	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "SWEEP_DUTY_CYCLE": "0",
+		"OUTBOX_ATOMIC_MIN": "1001"}
 	_, err = app.ConfigFromEnv(func(k string) string { return bad[k] })
-	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "SWEEP_DUTY_CYCLE"} {
+	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "SWEEP_DUTY_CYCLE", "OUTBOX_ATOMIC_MIN"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Fatalf("error %v does not name %s", err, name)
 		}

@@ -96,6 +96,9 @@ func StreamConfig(cfg StreamsConfig) jetstream.StreamConfig {
 		MaxAge:      cfg.MaxAge,
 		Duplicates:  cfg.DuplicateWindow,
 		Replicas:    cfg.Replicas,
+		// The dispatcher publishes each claimed batch as one atomic batch
+		// (outbox.Dispatcher.publish): stored at once, with one sync.
+		AllowAtomicPublish: true,
 	}
 }
 

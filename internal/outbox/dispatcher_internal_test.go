@@ -33,20 +33,24 @@ func TestBookkeepingCommitsAsynchronouslyOnItsOwnConnections(t *testing.T) {
 }
 
 // Without options a dispatcher runs with the defaults the options name,
-// and an option given a value that is not positive keeps its default.
+// and an option given a value that is not positive keeps its default
+// (WithAtomicBatches' excepted: 0 is never).
 func TestDispatcherDefaultsAndOptions(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
 	defaults := dispatcherConfig{
 		batchSize: 500, lease: 30 * time.Second, pollInterval: time.Second, publishTimeout: 10 * time.Second,
 		maxAttempts: 10, concurrency: 2, backoffBase: time.Second, backoffMax: 5 * time.Minute,
-		dbTimeout: 5 * time.Second, listenCheck: 30 * time.Second,
+		dbTimeout: 5 * time.Second, listenCheck: 30 * time.Second, atomicMin: DefaultAtomicMin,
 	}
 	set := dispatcherConfig{
 		batchSize: 7, lease: time.Minute, pollInterval: 2 * time.Second, publishTimeout: 3 * time.Second,
 		maxAttempts: 4, concurrency: 5, backoffBase: 6 * time.Second, backoffMax: 7 * time.Minute,
-		dbTimeout: 8 * time.Second, listenCheck: 9 * time.Second,
+		dbTimeout: 8 * time.Second, listenCheck: 9 * time.Second, atomicMin: 11, atomicSet: true,
 	}
+	// WithAtomicBatches' 0 is a value (never atomic), not "the default".
+	never := defaults
+	never.atomicMin, never.atomicSet = 0, true
 	for _, c := range []struct {
 		name string
 		opts []DispatcherOption
@@ -61,8 +65,10 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 		{"options", []DispatcherOption{
 			WithBatchSize(7), WithLease(time.Minute), WithPollInterval(2 * time.Second), WithPublishTimeout(3 * time.Second),
 			WithMaxAttempts(4), WithConcurrency(5), WithBackoff(6*time.Second, 7*time.Minute),
-			WithDatabaseTimeout(8 * time.Second), WithListenCheck(9 * time.Second),
+			WithDatabaseTimeout(8 * time.Second), WithListenCheck(9 * time.Second), WithAtomicBatches(11),
 		}, set},
+		{"never atomic", []DispatcherOption{WithAtomicBatches(0)}, never},
+		{"less than never", []DispatcherOption{WithAtomicBatches(-3)}, never},
 	} {
 		d, err := NewDispatcher(pool, nil, slog.New(slog.DiscardHandler), time.Now, c.opts...)
 		if err != nil {

@@ -228,6 +228,68 @@ func TestDrill6DispatcherDiesAfterPublishBeforeMark(t *testing.T) {
 	}
 }
 
+// A claimed batch of at least WithAtomicBatches' events goes to JetStream
+// as one atomic batch: stored all at once, and synced once on a server
+// that syncs every write. Drill 6 with a
+// batch: it was published and not marked, so after the lease it is
+// published again, and the server refuses an atomic batch that holds
+// events it has already; the batch then goes message by message, where
+// each is acknowledged as the duplicate it is, and the stream still holds
+// every event once.
+func TestBatchGoesAtomicallyAndAgainMessageByMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	crashes := 1
+	var mu sync.Mutex
+	hooks := outbox.DispatcherHooks{AfterPublish: func([]uuid.UUID) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if crashes > 0 {
+			crashes--
+			return errors.New("crash after publish")
+		}
+		return nil
+	}}
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithHooks(hooks), outbox.WithAtomicBatches(3))...)
+	ids := []uuid.UUID{b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created")}
+	ctx := context.Background()
+	if _, err := d.DispatchOnce(ctx); err == nil {
+		t.Fatal("the crash hook did not stop the round")
+	}
+	batches := b.streamBatches(t)
+	batch := batches[ids[0].String()]
+	for _, id := range ids {
+		if got, ok := batches[id.String()]; !ok || got == "" || got != batch {
+			t.Fatalf("stream batches = %v, want the three events in one atomic batch", batches)
+		}
+	}
+	b.clock.Advance(31 * time.Second) // past the default 30s lease
+	res, err := d.DispatchOnce(ctx)
+	if err != nil || res.Published != len(ids) {
+		t.Fatalf("after the lease: %+v, %v; want the batch published again, message by message", res, err)
+	}
+	if stored := b.streamIDs(t); len(stored) != len(ids) {
+		t.Fatalf("stream = %v, want each event stored once", stored)
+	}
+}
+
+// A batch smaller than WithAtomicBatches' (default 32) goes message by
+// message: an atomic batch costs more than it saves there.
+func TestSmallBatchGoesMessageByMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast()...)
+	ids := []uuid.UUID{b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created")}
+	if res, err := d.DispatchOnce(context.Background()); err != nil || res.Published != len(ids) {
+		t.Fatalf("%+v, %v; want the batch published", res, err)
+	}
+	for id, batch := range b.streamBatches(t) {
+		if batch != "" {
+			t.Fatalf("event %s came in atomic batch %s, want each on its own", id, batch)
+		}
+	}
+}
+
 func TestStuckEventIsVisibleAndAnOperatorRetriesIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

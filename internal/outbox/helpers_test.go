@@ -135,6 +135,31 @@ func (b *testBundle) streamIDs(t *testing.T) map[string]int {
 	return ids
 }
 
+// streamBatches returns, by event id, the atomic batch each stored message
+// came in (its Nats-Batch-Id; "" when it came on its own).
+func (b *testBundle) streamBatches(t *testing.T) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := b.nats.JS.Stream(ctx, broker.StreamEvents)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	batches := make(map[string]string)
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get stream message %d: %v", seq, err)
+		}
+		batches[m.Header.Get(jetstream.MsgIDHeader)] = m.Header.Get("Nats-Batch-Id")
+	}
+	return batches
+}
+
 func describe(ids map[string]int) string {
 	dups := 0
 	for _, n := range ids {
