@@ -38,6 +38,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
+	"github.com/oncepay/oncepay/internal/logging"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
@@ -378,7 +379,12 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err = errors.Join(err, app.CheckServe(cfg)); err != nil {
 		return err
 	}
-	logger := newLogger(stderr, cfg.LogLevel)
+	// The log is buffered (internal/logging): a request's line costs no
+	// write of its own; warnings and errors go out at once, and everything
+	// held goes out when serve returns.
+	logs := logging.NewBuffered(stderr, cfg.LogFlushInterval)
+	defer logs.Close()
+	logger := slog.New(logging.FlushAbove(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel}), logs, slog.LevelWarn))
 	a, err := app.New(cfg, logger, time.Now)
 	if err != nil {
 		return err

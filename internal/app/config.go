@@ -13,6 +13,7 @@ import (
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/logging"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -35,6 +36,12 @@ type Config struct {
 	AutoMigrate bool
 	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
 	LogLevel slog.Level
+	// LogFlushInterval is how long api serve holds a log line at info or
+	// debug before it writes it, with the others of that moment, in one
+	// write (LOG_FLUSH_INTERVAL, default logging.DefaultFlushInterval,
+	// 100ms; at most 1s; 0 writes each line at once). Warnings and errors
+	// go out at once.
+	LogFlushInterval time.Duration
 	// DBMaxConns bounds the connection pool (DB_MAX_CONNS, default 20).
 	DBMaxConns int32
 	// DBLockTimeout bounds every lock wait, and so how long a concurrent
@@ -251,6 +258,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		DemoMode:         r.boolean("DEMO_MODE", false),
 		AutoMigrate:      r.boolean("AUTO_MIGRATE", true),
 		LogLevel:         r.level("LOG_LEVEL", slog.LevelInfo),
+		LogFlushInterval: r.duration("LOG_FLUSH_INTERVAL", logging.DefaultFlushInterval),
 		DBMaxConns:       int32(r.integer("DB_MAX_CONNS", 20, 1, 1000)), // #nosec G115 -- r.integer bounds it to 1..1000
 		DBLockTimeout:    r.duration("DB_LOCK_TIMEOUT", 2*time.Second),
 		DBConnectTimeout: r.duration("DB_CONNECT_TIMEOUT", postgres.DefaultConnectTimeout),
@@ -331,6 +339,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if b.d <= 0 {
 			r.errs = append(r.errs, fmt.Errorf("%s (%s) must be positive: %s", b.name, b.d, b.why))
 		}
+	}
+	if c.LogFlushInterval > time.Second {
+		r.errs = append(r.errs, fmt.Errorf("LOG_FLUSH_INTERVAL (%s) must be at most 1s: a crash loses the info lines of the last interval", c.LogFlushInterval))
 	}
 	if c.PSPTimeout > 0 && c.WriteTimeout > 0 && c.PSPTimeout >= c.WriteTimeout {
 		r.errs = append(r.errs, fmt.Errorf("PSP_TIMEOUT (%s) must be shorter than WRITE_TIMEOUT (%s): a timed-out payment needs time to release its claim", c.PSPTimeout, c.WriteTimeout))
