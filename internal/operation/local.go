@@ -62,6 +62,13 @@ func (l *Local[T]) Operation() idempotency.Operation { return l.op }
 // Run executes req with input in at most once. The response is either this
 // execution's or a stored one (Replayed).
 func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idempotency.Response, error) {
+	return l.RunWith(ctx, req, Given(in))
+}
+
+// RunWith is Run with an input that is decoded and validated only when req
+// is not a replay (ParseRequest): its error is the answer, and nothing is
+// claimed.
+func (l *Local[T]) RunWith(ctx context.Context, req idempotency.Request, input Input[T]) (idempotency.Response, error) {
 	if req.Operation != l.op {
 		return idempotency.Response{}, fmt.Errorf("operation %s run with a request for %s", l.op, req.Operation)
 	}
@@ -81,6 +88,10 @@ func (l *Local[T]) Run(ctx context.Context, req idempotency.Request, in T) (idem
 		if resp != nil {
 			return *resp, nil
 		}
+		return idempotency.Response{}, err
+	}
+	in, err := input()
+	if err != nil {
 		return idempotency.Response{}, err
 	}
 

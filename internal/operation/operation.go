@@ -21,8 +21,9 @@
 //     queue (package attention) in one transaction. From then on its
 //     client's retry is answered awaiting_operator and runs nothing.
 //   - ParseRequest reads what every idempotent POST needs, in the order the
-//     contract checks it: the key, the path's id, the strict JSON body, and
-//     the fingerprint over all three.
+//     contract checks it: the key, the path's id, the body's fingerprint,
+//     and the body decoded strictly and validated as the request's Input,
+//     which RunWith asks for only when the request is not a replay.
 //
 // Spec declares an operation for the service's registry (internal/app), from
 // which its retention, its configuration and the Recoverer's list derive.

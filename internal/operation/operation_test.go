@@ -407,3 +407,52 @@ func TestLocalCommitsOnceOrNotAtAll(t *testing.T) {
 		t.Fatalf("the mutation ran %d times, want 4 (never for a replay)", n)
 	}
 }
+
+// RunWith asks for a request's input (its body, decoded and validated) only
+// when the request is not a replay: a replay is answered from its record
+// without it. A request that is not a replay gets its input's error as the
+// answer, before its key is claimed.
+func TestInputIsDecodedOnlyWhenTheRequestIsNoReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	local := operation.NewLocal(b.runner, opLocal, func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error) {
+		return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data)}, nil)
+	})
+	var decoded atomic.Int32
+	input := func(in string, err error) operation.Input[string] {
+		return func() (string, error) { decoded.Add(1); return in, err }
+	}
+	invalid := problem.New(problem.ValidationFailed, "invalid")
+	r := b.request(t, opLocal, "local-invalid")
+	if _, err := local.RunWith(ctx, r, input("", invalid)); !errors.Is(err, invalid) {
+		t.Fatalf("local: invalid input = %v, want its error", err)
+	}
+	if state, _ := b.record(t, "local-invalid"); state != "" {
+		t.Fatalf("local: an invalid input left a %s record; the key must stay free", state)
+	}
+	r = b.request(t, opLocal, "local-ok")
+	if resp, err := local.RunWith(ctx, r, input("ok", nil)); err != nil || resp.Status != http.StatusCreated {
+		t.Fatalf("local: RunWith = %+v, %v", resp, err)
+	}
+	decoded.Store(0)
+	again, err := local.RunWith(ctx, r, input("", errors.New("a replay decoded its body")))
+	if err != nil || !again.Replayed || string(again.Body) != "ok" || decoded.Load() != 0 {
+		t.Fatalf("local: replay = %+v, %v, input asked %d times; want the stored answer without it", again, err, decoded.Load())
+	}
+	tr := b.request(t, opTransfer, "transfer-ok")
+	if _, err := b.phases.RunWith(ctx, tr, operation.Given(transfer{})); err != nil {
+		t.Fatal(err)
+	}
+	decoded.Store(0)
+	replayed, err := b.phases.RunWith(ctx, tr, func() (transfer, error) { decoded.Add(1); return transfer{}, errors.New("a replay decoded its body") })
+	if err != nil || !replayed.Replayed || decoded.Load() != 0 {
+		t.Fatalf("phases replay = %+v, %v, input asked %d times; want the stored answer without it", replayed, err, decoded.Load())
+	}
+	if _, err := b.phases.RunWith(ctx, b.request(t, opTransfer, "transfer-invalid"), func() (transfer, error) { return transfer{}, invalid }); !errors.Is(err, invalid) {
+		t.Fatalf("phases: invalid input = %v, want its error", err)
+	}
+	if state, _ := b.record(t, "transfer-invalid"); state != "" {
+		t.Fatalf("phases: an invalid input left a %s record", state)
+	}
+}

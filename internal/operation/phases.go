@@ -106,13 +106,20 @@ func (p *Phases[T]) Points() []idempotency.RecoveryPoint {
 // start, a replayed key from its stored outcome, and a key whose attempt was
 // abandoned (its lease ran out) from the recovery point stored on its record.
 func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (idempotency.Response, error) {
+	return p.RunWith(ctx, req, Given(in))
+}
+
+// RunWith is Run with an input that is decoded and validated only when req
+// is not a replay (ParseRequest): its error is the answer, and nothing is
+// claimed.
+func (p *Phases[T]) RunWith(ctx context.Context, req idempotency.Request, input Input[T]) (idempotency.Response, error) {
 	if req.Operation != p.op {
 		return idempotency.Response{}, fmt.Errorf("operation %s run with a request for %s", p.op, req.Operation)
 	}
 	ctx, cancel := p.r.detach(ctx)
 	defer cancel()
-	a := &Attempt[T]{Data: in, req: req, r: p.r, span: trace.SpanFromContext(ctx)}
-	out, committing, err := p.start(ctx, a)
+	a := &Attempt[T]{req: req, r: p.r, span: trace.SpanFromContext(ctx)}
+	out, committing, err := p.start(ctx, a, input)
 	if err != nil {
 		if committing && a.Claim != nil && out.final == nil {
 			// The commit may have happened although it reported an error (a
@@ -132,7 +139,7 @@ func (p *Phases[T]) Run(ctx context.Context, req idempotency.Request, in T) (ide
 // start runs the request's first transaction, on one connection: the
 // replay lookup, then the claim with the first step (in batches when the
 // step has them). committing reports an error that is the commit's.
-func (p *Phases[T]) start(ctx context.Context, a *Attempt[T]) (out Outcome, committing bool, err error) {
+func (p *Phases[T]) start(ctx context.Context, a *Attempt[T], input Input[T]) (out Outcome, committing bool, err error) {
 	conn, err := p.r.pool.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, false, fmt.Errorf("acquire a connection: %w", err)
@@ -143,6 +150,9 @@ func (p *Phases[T]) start(ctx context.Context, a *Attempt[T]) (out Outcome, comm
 		if resp != nil {
 			return Outcome{final: resp}, false, nil
 		}
+		return Outcome{}, false, err
+	}
+	if a.Data, err = input(); err != nil {
 		return Outcome{}, false, err
 	}
 	first := p.steps[idempotency.PointStarted]

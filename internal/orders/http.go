@@ -151,16 +151,17 @@ func validateCreate(req createRequestJSON) (CreateInput, error) {
 
 // Create handles POST /v1/orders.
 func (h *Handler) Create(c echo.Context) error {
-	var body createRequestJSON
-	req, _, err := operation.ParseRequest(c, OpCreate, operation.Target{}, &body)
+	req, input, err := operation.ParseRequest(c, OpCreate, operation.Target{}, func(raw []byte, _ uuid.UUID) (CreateInput, error) {
+		var body createRequestJSON
+		if err := wire.Decode(raw, &body); err != nil {
+			return CreateInput{}, err
+		}
+		return validateCreate(body)
+	})
 	if err != nil {
 		return err
 	}
-	in, err := validateCreate(body)
-	if err != nil {
-		return err
-	}
-	resp, err := h.svc.Create(c.Request().Context(), req, in)
+	resp, err := h.svc.create.RunWith(c.Request().Context(), req, input)
 	if err != nil {
 		return err
 	}

@@ -41,18 +41,23 @@ const MaxPaymentMethodLen = 64
 
 // Pay handles POST /v1/orders/{id}/payments.
 func (h *Handler) Pay(c echo.Context) error {
-	var in payRequestJSON
-	req, orderID, err := operation.ParseRequest(c, OpPay, operation.Target{Param: "id", NotFound: "No such order."}, &in)
+	req, input, err := operation.ParseRequest(c, OpPay, operation.Target{Param: "id", NotFound: "No such order."}, func(raw []byte, orderID uuid.UUID) (payAttempt, error) {
+		var in payRequestJSON
+		if err := wire.Decode(raw, &in); err != nil {
+			return payAttempt{}, err
+		}
+		if in.PaymentMethod == nil {
+			return payAttempt{}, problem.Validation(problem.FieldError{Field: "payment_method", Message: "is required, e.g. pm_card_ok"})
+		}
+		if msg := wire.CheckText(*in.PaymentMethod, MaxPaymentMethodLen); msg != "" {
+			return payAttempt{}, problem.Validation(problem.FieldError{Field: "payment_method", Message: msg})
+		}
+		return payAttempt{orderID: orderID, paymentMethod: *in.PaymentMethod}, nil
+	})
 	if err != nil {
 		return err
 	}
-	if in.PaymentMethod == nil {
-		return problem.Validation(problem.FieldError{Field: "payment_method", Message: "is required, e.g. pm_card_ok"})
-	}
-	if msg := wire.CheckText(*in.PaymentMethod, MaxPaymentMethodLen); msg != "" {
-		return problem.Validation(problem.FieldError{Field: "payment_method", Message: msg})
-	}
-	resp, err := h.svc.Pay(c.Request().Context(), req, orderID, *in.PaymentMethod)
+	resp, err := h.svc.pay.RunWith(c.Request().Context(), req, input)
 	if err != nil {
 		return err
 	}
@@ -61,15 +66,20 @@ func (h *Handler) Pay(c echo.Context) error {
 
 // Refund handles POST /v1/payments/{id}/refunds.
 func (h *Handler) Refund(c echo.Context) error {
-	var in refundRequestJSON
-	req, paymentID, err := operation.ParseRequest(c, OpRefund, operation.Target{Param: "id", NotFound: "No such payment."}, &in)
+	req, input, err := operation.ParseRequest(c, OpRefund, operation.Target{Param: "id", NotFound: "No such payment."}, func(raw []byte, paymentID uuid.UUID) (refundAttempt, error) {
+		var in refundRequestJSON
+		if err := wire.Decode(raw, &in); err != nil {
+			return refundAttempt{}, err
+		}
+		if in.Amount == nil || *in.Amount != math.Trunc(*in.Amount) || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
+			return refundAttempt{}, problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive whole number in minor units (at most %d)", int64(MaxRefundAmount))})
+		}
+		return refundAttempt{paymentID: paymentID, amount: int64(*in.Amount)}, nil
+	})
 	if err != nil {
 		return err
 	}
-	if in.Amount == nil || *in.Amount != math.Trunc(*in.Amount) || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
-		return problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive whole number in minor units (at most %d)", int64(MaxRefundAmount))})
-	}
-	resp, err := h.svc.Refund(c.Request().Context(), req, paymentID, int64(*in.Amount))
+	resp, err := h.svc.refund.RunWith(c.Request().Context(), req, input)
 	if err != nil {
 		return err
 	}
