@@ -93,6 +93,8 @@ type config struct {
 	sweepDuty    float64
 	// growRecords > 0 runs the grown-data comparison instead (grown.go).
 	growRecords int
+	// keepPace > 0 runs the keep-pace comparison instead (keeppace.go).
+	keepPace float64
 	// overload > 0 offers that multiple of the measured create throughput,
 	// open loop, for overloadFor; soak > 0 offers soakFraction of it for
 	// soak. Either replaces the scenarios (overload.go).
@@ -130,6 +132,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.IntVar(&c.sweepBatch, "sweep-batch", retention.DefaultBatchSize, "rows per delete statement of the sweep comparison (the service's SWEEP_BATCH)")
 	fs.Float64Var(&c.sweepDuty, "sweep-duty", retention.DefaultDutyCycle, "share of the time the sweep comparison's sweeper spends deleting (the service's SWEEP_DUTY_CYCLE; 1: no pauses)")
 	fs.IntVar(&c.growRecords, "grow-records", 0, "instead of the scenarios: measure create and replay, seed this many finished idempotency records and a fifth as many orders and published events, measure again, and compare (e.g. 10000000)")
+	fs.Float64Var(&c.keepPace, "keep-pace", 0, "instead of the scenarios: offer this many creates per second for --duration, alone and then while as many records expire per second and the service's sweeper runs, and compare (e.g. 200)")
 	fs.Float64Var(&c.overload, "overload", 0, "instead of the scenarios: measure create throughput closed loop at the largest --clients, then offer this multiple of it open loop for --overload-duration (e.g. 5)")
 	fs.DurationVar(&c.overloadFor, "overload-duration", time.Minute, "how long --overload offers its load")
 	fs.DurationVar(&c.soak, "soak", 0, "instead of the scenarios (after --overload if given): offer --soak-fraction of the measured create throughput open loop for this long (e.g. 30m)")
@@ -193,6 +196,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--grow-records must be 0 or at least 10")
 	case c.growRecords > 0 && c.databaseURL == "":
 		return config{}, errors.New("--grow-records needs --database-url or DATABASE_URL")
+	case c.keepPace < 0:
+		return config{}, errors.New("--keep-pace must not be negative")
+	case c.keepPace > 0 && (c.databaseURL == "" || c.load.requests > 0):
+		return config{}, errors.New("--keep-pace needs --database-url or DATABASE_URL, and measures for --duration (not --requests)")
+	case c.keepPace > 0 && (c.sweepRecords > 0 || c.growRecords > 0 || c.overload > 0 || c.soak > 0):
+		return config{}, errors.New("--keep-pace does not combine with --sweep-records, --grow-records, --overload or --soak")
 	case c.growRecords > 0 && (c.sweepRecords > 0 || c.overload > 0 || c.soak > 0):
 		return config{}, errors.New("--grow-records does not combine with --sweep-records, --overload or --soak")
 	case (c.overload > 0 || c.soak > 0) && c.load.requests > 0:
@@ -206,6 +215,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	}
 	if c.growRecords > 0 {
 		c.scenarios = []string{scenarioCreate, scenarioReplay}
+	}
+	if c.keepPace > 0 {
+		c.scenarios = nil
 	}
 	return c, nil
 }
@@ -244,7 +256,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	maxClients := slices.Max(cfg.clients)
 	idle := 2 * maxClients
-	if cfg.overload > 0 || cfg.soak > 0 {
+	if cfg.overload > 0 || cfg.soak > 0 || cfg.keepPace > 0 {
 		idle = 1024 // open loop: as many connections as requests at once
 	}
 	api, err := newAPIClient(cfg.api, cfg.apiKey, idle)
@@ -260,7 +272,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	ops := make(map[string]op, 4)
 	var direct *sqlCreate
-	if cfg.needs(scenarioSQL, scenarioSQLNaive, scenarioSQLReplay) || cfg.sweepRecords > 0 || cfg.growRecords > 0 {
+	if cfg.needs(scenarioSQL, scenarioSQLNaive, scenarioSQLReplay) || cfg.sweepRecords > 0 || cfg.growRecords > 0 || cfg.keepPace > 0 {
 		// The service's own pool settings (size 20, lock and statement
 		// timeouts), so the SQL runs under the same conditions.
 		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients))})
@@ -388,9 +400,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return nil
 	}
-	var grow *growBench
+	var (
+		grow   *growBench
+		paceTs []target
+	)
 	switch {
 	case sweep != nil:
+	case cfg.keepPace > 0:
+		pace := &paceBench{pool: direct.pool, tenantID: direct.tenantID, rate: cfg.keepPace, duration: cfg.load.duration}
+		var rs []result
+		if rs, paceTs, err = pace.run(ctx, api, cfg.api, stdout); err != nil {
+			return err
+		}
+		results = append(results, rs...)
 	case cfg.growRecords > 0:
 		grow = &growBench{pool: direct.pool, tenantID: direct.tenantID, records: cfg.growRecords}
 		fmt.Fprintf(stdout, "grown-data comparison: %d finished idempotency records, %d orders, %d published events\n", cfg.growRecords, cfg.growRecords/5, cfg.growRecords/5)
@@ -436,6 +458,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ts = sweepTargets(results, cfg.clients)
 	case grow != nil:
 		ts = grownTargets(results, cfg.clients)
+	case paceTs != nil:
+		ts = paceTs
 	}
 	if err := printTargets(stdout, ts); err != nil {
 		return err
