@@ -86,12 +86,21 @@ func (g *growBench) seed(ctx context.Context, out io.Writer) error {
 
 // settle vacuums the grown tables and checkpoints.
 func (g *growBench) settle(ctx context.Context, out io.Writer) error {
+	conn, err := g.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET statement_timeout") }()
 	for _, t := range grownTables {
-		if _, err := g.pool.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
+		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
 			return fmt.Errorf("vacuum %s: %w", t, err)
 		}
 	}
-	if _, err := g.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		fmt.Fprintf(out, "  (no CHECKPOINT: %v)\n", err)
 	}
 	return nil
@@ -103,8 +112,19 @@ func (g *growBench) unseed(ctx context.Context, out io.Writer) error {
 		return nil
 	}
 	t0 := time.Now()
+	// Millions of rows take longer than the pool's statement timeout (the
+	// service's, 30 s): a session of its own without one.
+	conn, err := g.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET statement_timeout") }()
 	for _, t := range []string{"api_idempotency", "orders", "outbox_events"} {
-		if _, err := g.pool.Exec(ctx, "DELETE FROM "+t+" WHERE tenant_id = $1 AND starts_with(idempotency_key, $2)", g.tenantID, g.prefix); err != nil {
+		if _, err := conn.Exec(ctx, "DELETE FROM "+t+" WHERE tenant_id = $1 AND starts_with(idempotency_key, $2)", g.tenantID, g.prefix); err != nil {
 			return fmt.Errorf("delete the seeded rows of %s: %w", t, err)
 		}
 	}
