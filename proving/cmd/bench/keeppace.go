@@ -103,16 +103,18 @@ func (p *paceBench) sweeper() *retention.Sweeper {
 }
 
 // run is the comparison: the two open-loop runs, the seeding between them,
-// the table before and after. It returns the two runs as results and the
-// targets.
-func (p *paceBench) run(ctx context.Context, api *apiClient, base string, out io.Writer) ([]result, []target, error) {
-	asResult := func(name string, r openLoopResult) result {
-		res := result{scenario: name, clients: 0, requests: len(r.latencies(created)), elapsed: r.elapsed, latencies: r.latencies(created)}
+// the table before and after. It returns the two runs as results (clients
+// 0: open loop) and the targets.
+func (p *paceBench) run(ctx context.Context, api *apiClient, base string, probe cpuProbe, out io.Writer) ([]result, []target, error) {
+	asResult := func(name string, r openLoopResult, cpu cpuSample) result {
+		res := result{scenario: name, clients: 0, requests: len(r.latencies(created)), elapsed: r.elapsed, latencies: r.latencies(created), cpu: cpu}
 		res.errors = len(r.attempts) - res.requests
 		return res
 	}
 	fmt.Fprintf(out, "keep-pace comparison: %.0f creates/s for %s, alone and while as many records expire per second\n", p.rate, p.duration)
+	before := probe.sample()
 	paced := runOpenLoop(ctx, api, base, openLoopConfig{name: scenarioCreatePaced, rate: p.rate, duration: p.duration, window: time.Second})
+	pacedCPU := probe.sample().sub(before)
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
@@ -137,7 +139,9 @@ func (p *paceBench) run(ctx context.Context, api *apiClient, base string, out io
 	sweepCtx, stopSweeping := context.WithCancel(ctx)
 	swept := make(chan error, 1)
 	go func() { swept <- p.sweeper().Run(sweepCtx, sweepInterval) }()
+	before = probe.sample()
 	keeping := runOpenLoop(ctx, api, base, openLoopConfig{name: scenarioCreateKeepingPace, rate: p.rate, duration: p.duration, window: time.Second})
+	keepingCPU := probe.sample().sub(before)
 	stopSweeping()
 	if err := <-swept; err != nil {
 		return nil, nil, fmt.Errorf("sweeper: %w", err)
@@ -162,7 +166,7 @@ func (p *paceBench) run(ctx context.Context, api *apiClient, base string, out io
 	}
 	fmt.Fprintf(out, "  after the sweeper's next round: api_idempotency %d rows (%+d), %d expired; heap %s, indexes %s\n",
 		rows2, rows2-rows0, expired2, mib(heap2), mib(index2))
-	base0, keep := asResult(scenarioCreatePaced, paced), asResult(scenarioCreateKeepingPace, keeping)
+	base0, keep := asResult(scenarioCreatePaced, paced, pacedCPU), asResult(scenarioCreateKeepingPace, keeping, keepingCPU)
 	ts := paceTargets(base0, keep, p.rate, expired1, rows0, rows2)
 	return []result{base0, keep}, ts, nil
 }

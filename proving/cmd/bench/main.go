@@ -409,7 +409,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case cfg.keepPace > 0:
 		pace := &paceBench{pool: direct.pool, tenantID: direct.tenantID, rate: cfg.keepPace, duration: cfg.load.duration}
 		var rs []result
-		if rs, paceTs, err = pace.run(ctx, api, cfg.api, stdout); err != nil {
+		if rs, paceTs, err = pace.run(ctx, api, cfg.api, probe, stdout); err != nil {
 			return err
 		}
 		results = append(results, rs...)
