@@ -219,6 +219,10 @@ func NewStore(policy Policy, now func() time.Time, opts ...StoreOption) *Store {
 // OutcomeLateRetry, which the features detect through their own uniqueness.
 func (s *Store) Observe(op Operation, outcome Outcome) { s.observe(op, outcome) }
 
+// Report tells the observer of r's outcome and annotates the span of ctx,
+// as the store does for the outcomes it decides: for Peek's caller.
+func (s *Store) Report(ctx context.Context, r Request, outcome Outcome) { s.report(ctx, r, outcome) }
+
 // report tells the observer of r's outcome, and puts the operation, the key
 // and the outcome on the span of ctx, the request's (Annotate).
 func (s *Store) report(ctx context.Context, r Request, outcome Outcome) {
@@ -443,6 +447,21 @@ func (s *Store) claimed(ctx context.Context, r Request, leaseUntil time.Time, ro
 // change, so reading one without a lock is safe, and Lookup never acts on the
 // absence of a record (Begin decides that, under the primary key).
 func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error) {
+	resp, err := s.Peek(ctx, db, r)
+	switch {
+	case resp != nil:
+		s.report(ctx, r, OutcomeReplayed)
+	case problem.CodeOf(err) == problem.IdempotencyKeyReused:
+		s.report(ctx, r, OutcomeMismatch)
+	}
+	return resp, err
+}
+
+// Peek is Lookup without reporting its outcome (OutcomeReplayed,
+// OutcomeMismatch): for a caller that may answer with another error first
+// (the request's body is invalid) and reports the outcome it answers with
+// (Report).
+func (s *Store) Peek(ctx context.Context, db DB, r Request) (*Response, error) {
 	row, err := dbsqlc.New(db).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
 		TenantID: r.TenantID, Operation: string(r.Operation), IdempotencyKey: string(r.Key),
 	})
@@ -453,7 +472,6 @@ func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error)
 		return nil, fmt.Errorf("look up idempotency record: %w", err)
 	}
 	if Fingerprint(row.RequestHash) != r.Fingerprint {
-		s.report(ctx, r, OutcomeMismatch)
 		return nil, reused()
 	}
 	if State(row.State) == StatePending {
@@ -463,7 +481,6 @@ func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error)
 	if err != nil {
 		return nil, err
 	}
-	s.report(ctx, r, OutcomeReplayed)
 	return &resp, nil
 }
 

@@ -84,14 +84,11 @@ func (l *Local[T]) RunWith(ctx context.Context, req idempotency.Request, input I
 
 	// Fast path: a finished record is immutable, so a replay needs no lock
 	// and no write transaction.
-	if resp, err := l.r.store.Lookup(ctx, conn, req); err != nil || resp != nil {
+	resp, in, err := replayOrInput(ctx, l.r.store, conn, req, input)
+	if resp != nil || err != nil {
 		if resp != nil {
 			return *resp, nil
 		}
-		return idempotency.Response{}, err
-	}
-	in, err := input()
-	if err != nil {
 		return idempotency.Response{}, err
 	}
 

@@ -411,7 +411,8 @@ func TestLocalCommitsOnceOrNotAtAll(t *testing.T) {
 // RunWith asks for a request's input (its body, decoded and validated) only
 // when the request is not a replay: a replay is answered from its record
 // without it. A request that is not a replay gets its input's error as the
-// answer, before its key is claimed.
+// answer, before its key is claimed, and before idempotency_key_reused for
+// a key another request used (as when bodies were decoded first).
 func TestInputIsDecodedOnlyWhenTheRequestIsNoReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -439,6 +440,16 @@ func TestInputIsDecodedOnlyWhenTheRequestIsNoReplay(t *testing.T) {
 	again, err := local.RunWith(ctx, r, input("", errors.New("a replay decoded its body")))
 	if err != nil || !again.Replayed || string(again.Body) != "ok" || decoded.Load() != 0 {
 		t.Fatalf("local: replay = %+v, %v, input asked %d times; want the stored answer without it", again, err, decoded.Load())
+	}
+	// The same key with another body: an invalid body is refused as
+	// invalid, a valid one as the key's reuse.
+	other := r
+	other.Fingerprint[0] ^= 0xff
+	if _, err := local.RunWith(ctx, other, input("", invalid)); !errors.Is(err, invalid) {
+		t.Fatalf("local: a reused key with an invalid body = %v, want the body's error first", err)
+	}
+	if _, err := local.RunWith(ctx, other, input("other", nil)); problem.CodeOf(err) != problem.IdempotencyKeyReused {
+		t.Fatalf("local: a reused key with a valid body = %v, want idempotency_key_reused", err)
 	}
 	tr := b.request(t, opTransfer, "transfer-ok")
 	if _, err := b.phases.RunWith(ctx, tr, operation.Given(transfer{})); err != nil {

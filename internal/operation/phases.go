@@ -146,15 +146,14 @@ func (p *Phases[T]) start(ctx context.Context, a *Attempt[T], input Input[T]) (o
 	}
 	defer conn.Release()
 	req := a.req
-	if resp, err := p.r.store.Lookup(ctx, conn, req); err != nil || resp != nil {
+	resp, in, err := replayOrInput(ctx, p.r.store, conn, req, input)
+	if resp != nil || err != nil {
 		if resp != nil {
 			return Outcome{final: resp}, false, nil
 		}
 		return Outcome{}, false, err
 	}
-	if a.Data, err = input(); err != nil {
-		return Outcome{}, false, err
-	}
+	a.Data = in
 	first := p.steps[idempotency.PointStarted]
 	if first.Batches != nil {
 		var claim *idempotency.QueuedClaim

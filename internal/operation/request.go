@@ -1,6 +1,8 @@
 package operation
 
 import (
+	"context"
+
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
@@ -21,6 +23,32 @@ type Target struct {
 // Input is a request's input, decoded from its body and validated when it
 // is asked for: RunWith asks only when the request is not a replay.
 type Input[T any] func() (T, error)
+
+// replayOrInput is the fast path of req: the stored answer of its finished
+// record, for which input is not asked; or else input, decoded. The body's
+// errors come first, as when the body was decoded before the lookup: a
+// lookup that failed, or found the key used by another request
+// (idempotency_key_reused), is answered with input's error when it has one.
+// The outcome answered with is reported then (Store.Peek, Store.Report).
+func replayOrInput[T any](ctx context.Context, store *idempotency.Store, db idempotency.DB, req idempotency.Request, input Input[T]) (*idempotency.Response, T, error) {
+	var zero T
+	resp, err := store.Peek(ctx, db, req)
+	if resp != nil {
+		store.Report(ctx, req, idempotency.OutcomeReplayed)
+		return resp, zero, nil
+	}
+	in, ierr := input()
+	if ierr != nil {
+		return nil, zero, ierr
+	}
+	if err != nil {
+		if problem.CodeOf(err) == problem.IdempotencyKeyReused {
+			store.Report(ctx, req, idempotency.OutcomeMismatch)
+		}
+		return nil, zero, err
+	}
+	return nil, in, nil
+}
 
 // Given is the Input of a value at hand.
 func Given[T any](in T) Input[T] { return func() (T, error) { return in, nil } }
