@@ -520,14 +520,19 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, cla
 		msgs[i] = message(r)
 		spans[i] = d.traced(ctx, r, msgs[i], claimedAt)
 	}
+	// One publish timeout for the batch, the atomic attempt and the
+	// message-by-message one together: the round's budget and the lease
+	// (OUTBOX_LEASE > OUTBOX_PUBLISH_TIMEOUT) count on it.
+	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
+	defer cancel()
 	if d.cfg.atomicMin > 0 && len(msgs) >= max(d.cfg.atomicMin, 2) && len(msgs) <= MaxAtomicBatch {
-		err := d.publishAtomic(ctx, msgs)
+		err := d.publishAtomic(wait, msgs)
 		if err == nil {
 			return errs
 		}
 		d.logger.DebugContext(ctx, "outbox batch refused as an atomic batch; publishing it message by message", "events", len(msgs), "error", err.Error())
 	}
-	d.publishEach(ctx, msgs, errs)
+	d.publishEach(wait, msgs, errs)
 	return errs
 }
 
@@ -536,17 +541,22 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, cla
 // goes message by message.
 const MaxAtomicBatch = 1000
 
-// publishAtomic publishes msgs as one atomic batch (jetstreamext.PublishMsgBatch),
-// on copies: their batch headers stay off msgs.
-func (d *Dispatcher) publishAtomic(ctx context.Context, msgs []*nats.Msg) error {
+// publishAtomic publishes msgs as one atomic batch (jetstreamext.PublishMsgBatch)
+// by wait's deadline, on copies: their batch headers stay off msgs.
+func (d *Dispatcher) publishAtomic(wait context.Context, msgs []*nats.Msg) error {
 	batch := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
 		batch[i] = &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header(http.Header(m.Header).Clone())}
 	}
-	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
-	defer cancel()
+	// The first message's acknowledgement waits AckTimeout, whatever the
+	// context says: what is left of the deadline.
+	deadline, _ := wait.Deadline()
+	left := time.Until(deadline)
+	if left <= 0 {
+		return wait.Err()
+	}
 	ack, err := jetstreamext.PublishMsgBatch(wait, d.js, batch,
-		jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: d.cfg.publishTimeout})
+		jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: left})
 	if err != nil {
 		return err
 	}
@@ -557,8 +567,8 @@ func (d *Dispatcher) publishAtomic(ctx context.Context, msgs []*nats.Msg) error 
 }
 
 // publishEach publishes msgs with asynchronous publishes and waits for
-// every PubAck, at most the publish timeout; errs[i] is msgs[i]'s outcome.
-func (d *Dispatcher) publishEach(ctx context.Context, msgs []*nats.Msg, errs []error) {
+// every PubAck until wait is done; errs[i] is msgs[i]'s outcome.
+func (d *Dispatcher) publishEach(wait context.Context, msgs []*nats.Msg, errs []error) {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, err := d.js.PublishMsgAsync(m)
@@ -568,8 +578,6 @@ func (d *Dispatcher) publishEach(ctx context.Context, msgs []*nats.Msg, errs []e
 		}
 		futures[i] = f
 	}
-	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
-	defer cancel()
 	for i, f := range futures {
 		if f == nil {
 			continue
