@@ -2,8 +2,11 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncepay/oncepay/internal/idempotency/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -156,9 +159,16 @@ func (c *Claim) QueueCheckpoint(ctx context.Context, p *postgres.Pipeline, point
 func (q *QueuedCheckpoint) Err() error {
 	var err error
 	q.results.Exec(func(_ int, e error) { err = e })
+	var refused *pgconn.PgError
+	if err == nil || !errors.As(err, &refused) {
+		// Done, or unknown (the connection failed with COMMIT on its
+		// way): then, should it have committed, this is the record's
+		// lease, which a release must name, as after Checkpoint whose
+		// commit failed.
+		q.claim.RecoveryPoint, q.claim.lease = q.point, q.lease
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint idempotency record: %w", err)
 	}
-	q.claim.RecoveryPoint, q.claim.lease = q.point, q.lease
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -130,6 +131,13 @@ func inBatches[T any](ctx context.Context, r *Runner, conn *pgxpool.Conn, op ide
 	}
 	if err != nil {
 		_ = second.Close()
+		var refused *pgconn.PgError
+		if !errors.As(err, &refused) {
+			// Not a statement the server refused (which makes it skip the
+			// rest, COMMIT included): the connection failed with COMMIT on
+			// its way, so whether it committed is unknown.
+			return batches{out: out, wrote: true}, err
+		}
 		return batches{}, err
 	}
 	if err := second.Close(); err != nil {
