@@ -273,6 +273,30 @@ func TestBatchGoesAtomicallyAndAgainMessageByMessage(t *testing.T) {
 	}
 }
 
+// A broker that stops answering mid-batch costs a round one publish
+// timeout, the atomic attempt and the message-by-message one together:
+// the round then still has its time to record the failed attempts (each
+// row gets its attempt and its backoff), as the lease and the round's
+// budget (publish timeout plus twice the database timeout) count on.
+func TestStalledBrokerCostsOnePublishTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy := testkit.StartFaultProxy(t, testkit.Upstream(t, b.nats.URL()))
+	_, js := brokertest.Connect(t, proxy.Through(t, b.nats.URL()), b.logger)
+	d := b.dispatcher(t, b.pool, js, fast(outbox.WithPublishTimeout(time.Second), outbox.WithDatabaseTimeout(400*time.Millisecond), outbox.WithAtomicBatches(2))...)
+	for range 3 {
+		b.appendEvent(t, "order.created")
+	}
+	proxy.Blackhole(t)
+	res, err := d.DispatchOnce(context.Background())
+	if err != nil || res.Claimed != 3 || res.Failed != 3 {
+		t.Fatalf("%+v, %v; want the three rows failed and recorded within the round", res, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE tenant_id = $1 AND attempts = 1 AND last_error IS NOT NULL AND next_attempt_at IS NOT NULL`, b.tenant.ID); n != 3 {
+		t.Fatalf("%d rows have their failed attempt recorded, want 3", n)
+	}
+}
+
 // A batch smaller than WithAtomicBatches' (default 32) goes message by
 // message: an atomic batch costs more than it saves there.
 func TestSmallBatchGoesMessageByMessage(t *testing.T) {
