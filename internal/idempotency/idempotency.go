@@ -11,7 +11,7 @@
 // live for a per-operation retention that covers the business process's whole
 // replay horizon (rule 5; Policy).
 //
-// The Store is the record and nothing else: claim (Begin), replay (Lookup),
+// The Store is the record and nothing else: claim (Begin), replay (Peek),
 // record a recovery point (Claim.Checkpoint), store the final outcome
 // (Claim.Finish). Every method that writes takes a pgx.Tx, so the record can
 // only be written inside a transaction the caller owns, together with its
@@ -161,7 +161,7 @@ func Outcomes() []Outcome {
 }
 
 // DB runs queries: a pool, a connection or a transaction. Only the reads
-// (Lookup, CountStuck) take one, because they need no transaction; every
+// (Peek, CountStuck) take one, because they need no transaction; every
 // method that writes takes a pgx.Tx.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -441,26 +441,15 @@ func (s *Store) claimed(ctx context.Context, r Request, leaseUntil time.Time, ro
 	return nil, fmt.Errorf("claim idempotency key: %w", err)
 }
 
-// Lookup returns the stored final outcome for r without taking any lock, or
-// nil when there is none (no record, or one still pending). It is the replay
+// Peek returns the stored final outcome for r without taking any lock, or
+// nil when there is none (no record, or one still pending), and
+// idempotency_key_reused for a record of another request. It is the replay
 // fast path, taken before a write transaction is opened: final records never
-// change, so reading one without a lock is safe, and Lookup never acts on the
-// absence of a record (Begin decides that, under the primary key).
-func (s *Store) Lookup(ctx context.Context, db DB, r Request) (*Response, error) {
-	resp, err := s.Peek(ctx, db, r)
-	switch {
-	case resp != nil:
-		s.report(ctx, r, OutcomeReplayed)
-	case problem.CodeOf(err) == problem.IdempotencyKeyReused:
-		s.report(ctx, r, OutcomeMismatch)
-	}
-	return resp, err
-}
-
-// Peek is Lookup without reporting its outcome (OutcomeReplayed,
-// OutcomeMismatch): for a caller that may answer with another error first
-// (the request's body is invalid) and reports the outcome it answers with
-// (Report).
+// change, so reading one without a lock is safe, and Peek never acts on the
+// absence of a record (Begin decides that, under the primary key). It
+// reports no outcome: its caller may answer with another error first (the
+// request's body is invalid), and reports the outcome it answers with
+// (Report: OutcomeReplayed, OutcomeMismatch).
 func (s *Store) Peek(ctx context.Context, db DB, r Request) (*Response, error) {
 	row, err := dbsqlc.New(db).IdempotencyGet(ctx, dbsqlc.IdempotencyGetParams{
 		TenantID: r.TenantID, Operation: string(r.Operation), IdempotencyKey: string(r.Key),

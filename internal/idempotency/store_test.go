@@ -104,9 +104,9 @@ func TestBeginClaimsThenReplays(t *testing.T) {
 	if want := b.clock.Now().Add(7 * 24 * time.Hour); !rep.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v, want %v (orders.create retention)", rep.ExpiresAt, want)
 	}
-	looked, err := b.store.Lookup(context.Background(), b.pool, r)
+	looked, err := b.store.Peek(context.Background(), b.pool, r)
 	if err != nil || looked == nil || string(looked.Body) != `{"id":1}` {
-		t.Fatalf("Lookup = %+v, %v", looked, err)
+		t.Fatalf("Peek = %+v, %v", looked, err)
 	}
 }
 
@@ -118,9 +118,9 @@ func TestMoneyOperationsKeepRecords45Days(t *testing.T) {
 		if _, err := b.execute(t, r, created(`{}`)); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := b.store.Lookup(context.Background(), b.pool, r)
+		resp, err := b.store.Peek(context.Background(), b.pool, r)
 		if err != nil || resp == nil {
-			t.Fatalf("Lookup: %v", err)
+			t.Fatalf("Peek: %v", err)
 		}
 		if want := b.clock.Now().Add(45 * 24 * time.Hour); !resp.ExpiresAt.Equal(want) {
 			t.Fatalf("%s ExpiresAt = %v, want %v", op, resp.ExpiresAt, want)
@@ -138,8 +138,8 @@ func TestBeginRefusesAnotherPayload(t *testing.T) {
 	if _, err := b.execute(t, other, created(`{}`)); problem.CodeOf(err) != problem.IdempotencyKeyReused {
 		t.Fatalf("Begin with another payload: %v, want idempotency_key_reused", err)
 	}
-	if _, err := b.store.Lookup(context.Background(), b.pool, other); problem.CodeOf(err) != problem.IdempotencyKeyReused {
-		t.Fatalf("Lookup with another payload: %v, want idempotency_key_reused", err)
+	if _, err := b.store.Peek(context.Background(), b.pool, other); problem.CodeOf(err) != problem.IdempotencyKeyReused {
+		t.Fatalf("Peek with another payload: %v, want idempotency_key_reused", err)
 	}
 }
 
@@ -217,8 +217,8 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != problem.RequestInProgress || pe.RetryAfter <= 0 || pe.RetryAfter > lease {
 		t.Fatalf("Begin within the lease: %v, want request_in_progress with Retry-After", err)
 	}
-	if resp, err := b.store.Lookup(ctx, b.pool, r); err != nil || resp != nil {
-		t.Fatalf("Lookup of a pending record = %+v, %v; want nothing to replay", resp, err)
+	if resp, err := b.store.Peek(ctx, b.pool, r); err != nil || resp != nil {
+		t.Fatalf("Peek of a pending record = %+v, %v; want nothing to replay", resp, err)
 	}
 	b.clock.Advance(2 * time.Second)
 	var taken *idempotency.Claim
@@ -248,7 +248,7 @@ func TestFinishStates(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT state FROM api_idempotency WHERE idempotency_key = 'declined'`).Scan(&state); err != nil || idempotency.State(state) != idempotency.StateFailed {
 		t.Fatalf("state = %q, %v; want failed", state, err)
 	}
-	rep, err := b.store.Lookup(ctx, b.pool, declined)
+	rep, err := b.store.Peek(ctx, b.pool, declined)
 	if err != nil || rep == nil || rep.Status != http.StatusPaymentRequired {
 		t.Fatalf("declined replay = %+v, %v", rep, err)
 	}
@@ -477,7 +477,7 @@ func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 	if !errors.Is(err, idempotency.ErrNotPending) {
 		t.Fatalf("Finish of a finished record = %v, want ErrNotPending", err)
 	}
-	resp, err := b.store.Lookup(ctx, b.pool, r)
+	resp, err := b.store.Peek(ctx, b.pool, r)
 	if err != nil || resp == nil || string(resp.Body) != `{"by":"owner"}` {
 		t.Fatalf("stored outcome = %+v, %v; want the owner's", resp, err)
 	}
