@@ -86,15 +86,11 @@ func (g *growBench) seed(ctx context.Context, out io.Writer) error {
 
 // settle vacuums the grown tables and checkpoints.
 func (g *growBench) settle(ctx context.Context, out io.Writer) error {
-	conn, err := g.pool.Acquire(ctx)
+	conn, release, err := untimed(ctx, g.pool)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
-		return err
-	}
-	defer func() { _, _ = conn.Exec(ctx, "RESET statement_timeout") }()
+	defer release()
 	for _, t := range grownTables {
 		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
 			return fmt.Errorf("vacuum %s: %w", t, err)
@@ -112,17 +108,11 @@ func (g *growBench) unseed(ctx context.Context, out io.Writer) error {
 		return nil
 	}
 	t0 := time.Now()
-	// Millions of rows take longer than the pool's statement timeout (the
-	// service's, 30 s): a session of its own without one.
-	conn, err := g.pool.Acquire(ctx)
+	conn, release, err := untimed(ctx, g.pool)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
-		return err
-	}
-	defer func() { _, _ = conn.Exec(ctx, "RESET statement_timeout") }()
+	defer release()
 	for _, t := range []string{"api_idempotency", "orders", "outbox_events"} {
 		if _, err := conn.Exec(ctx, "DELETE FROM "+t+" WHERE tenant_id = $1 AND starts_with(idempotency_key, $2)", g.tenantID, g.prefix); err != nil {
 			return fmt.Errorf("delete the seeded rows of %s: %w", t, err)
@@ -178,4 +168,22 @@ func grownTargets(results []result, clientCounts []int) []target {
 		}
 	}
 	return out
+}
+
+// untimed returns a connection of pool without the pool's statement timeout
+// (the service's, 30 s), which millions of rows outlast, and the function
+// that gives it back with the timeout restored.
+func untimed(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, func(), error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		conn.Release()
+		return nil, nil, err
+	}
+	return conn, func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout")
+		conn.Release()
+	}, nil
 }

@@ -4,18 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/inbox"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/retention"
-	"github.com/oncepay/oncepay/internal/tenants"
-	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // The keep-pace comparison (--keep-pace R): does the retention sweeper, at
@@ -88,20 +82,6 @@ func (p *paceBench) table(ctx context.Context) (rows, expired, heap, index int64
 	return rows, expired, heap, index, err
 }
 
-// sweeper is the service's sweeper at its defaults.
-func (p *paceBench) sweeper() *retention.Sweeper {
-	policy := retention.DefaultPolicy()
-	idem := idempotency.NewStore(policy.Idempotency, time.Now, idempotency.WithLease(time.Minute))
-	return retention.NewSweeper(p.pool, retention.Tables{
-		Tenants:           tenants.IDs,
-		Idempotency:       idem.DeleteExpired,
-		PublishedEvents:   outbox.DeleteExpired,
-		WebhookReceipts:   webhooks.DeleteExpired,
-		ProcessedMessages: inbox.DeleteExpired,
-		CountStuck:        idem.CountStuck,
-	}, policy, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-}
-
 // run is the comparison: the two open-loop runs, the seeding between them,
 // the table before and after. It returns the two runs as results (clients
 // 0: open loop) and the targets.
@@ -138,7 +118,7 @@ func (p *paceBench) run(ctx context.Context, api *apiClient, base string, probe 
 	}
 	sweepCtx, stopSweeping := context.WithCancel(ctx)
 	swept := make(chan error, 1)
-	go func() { swept <- p.sweeper().Run(sweepCtx, sweepInterval) }()
+	go func() { swept <- serviceSweeper(p.pool).Run(sweepCtx, sweepInterval) }()
 	before = probe.sample()
 	keeping := runOpenLoop(ctx, api, base, openLoopConfig{name: scenarioCreateKeepingPace, rate: p.rate, duration: p.duration, window: time.Second})
 	keepingCPU := probe.sample().sub(before)
@@ -157,7 +137,7 @@ func (p *paceBench) run(ctx context.Context, api *apiClient, base string, probe 
 		rows1, rows1-rows0, expired1, mib(heap1), mib(index1))
 	// The sweeper's next round, run at once rather than up to 1.5 intervals
 	// later: every seeded record has expired by now.
-	if _, err := p.sweeper().SweepOnce(ctx); err != nil {
+	if _, err := serviceSweeper(p.pool).SweepOnce(ctx); err != nil {
 		return nil, nil, fmt.Errorf("the sweeper's next round: %w", err)
 	}
 	rows2, expired2, heap2, index2, err := p.table(ctx)

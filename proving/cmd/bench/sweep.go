@@ -124,17 +124,7 @@ func (s *sweepBench) seed(ctx context.Context, out io.Writer) error {
 // deleted.
 func (s *sweepBench) sweep(ctx context.Context, opts ...retention.SweeperOption) (int64, error) {
 	opts = append([]retention.SweeperOption{retention.WithBatchSize(s.batch), retention.WithStuckAfter(time.Hour), retention.WithDutyCycle(s.duty)}, opts...)
-	policy := retention.DefaultPolicy()
-	idem := idempotency.NewStore(policy.Idempotency, time.Now, idempotency.WithLease(time.Minute))
-	sw := retention.NewSweeper(s.pool, retention.Tables{
-		Tenants:           tenants.IDs,
-		Idempotency:       idem.DeleteExpired,
-		PublishedEvents:   outbox.DeleteExpired,
-		WebhookReceipts:   webhooks.DeleteExpired,
-		ProcessedMessages: inbox.DeleteExpired,
-		CountStuck:        idem.CountStuck,
-	}, policy, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
-	rep, err := sw.SweepOnce(ctx)
+	rep, err := serviceSweeper(s.pool, opts...).SweepOnce(ctx)
 	var n int64
 	for _, d := range rep.Deleted {
 		n += d
@@ -205,4 +195,19 @@ func sweepTargets(results []result, clientCounts []int) []target {
 			})
 	}
 	return out
+}
+
+// serviceSweeper is the service's retention sweeper on pool, with its
+// default policy and tables, and opts.
+func serviceSweeper(pool *pgxpool.Pool, opts ...retention.SweeperOption) *retention.Sweeper {
+	policy := retention.DefaultPolicy()
+	idem := idempotency.NewStore(policy.Idempotency, time.Now, idempotency.WithLease(time.Minute))
+	return retention.NewSweeper(pool, retention.Tables{
+		Tenants:           tenants.IDs,
+		Idempotency:       idem.DeleteExpired,
+		PublishedEvents:   outbox.DeleteExpired,
+		WebhookReceipts:   webhooks.DeleteExpired,
+		ProcessedMessages: inbox.DeleteExpired,
+		CountStuck:        idem.CountStuck,
+	}, policy, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, opts...)
 }
