@@ -482,3 +482,57 @@ func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 		t.Fatalf("stored outcome = %+v, %v; want the owner's", resp, err)
 	}
 }
+
+// An update queued blind (QueueFinish, QueueCheckpoint: nobody reads its
+// result before COMMIT) is only for a record a pipeline's first batch
+// locked and found pending (QueuedClaim.Claim, QueuedReacquire.Result): a
+// claim Begin made statement by statement has no such lock, and once a
+// queued update took the lock's one use, another is refused too.
+func TestBlindUpdatesNeedTheFirstBatchsLock(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t)
+	ctx := context.Background()
+	r := b.request(t, b.tenantA, opPayments, "blind", `{}`)
+	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		claim, err := b.store.Begin(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		p := postgres.NewPipeline(tx)
+		if _, _, err := claim.QueueFinish(ctx, p, created(`{}`), nil); err == nil {
+			t.Error("QueueFinish of a claim no first batch locked was queued")
+		}
+		if _, err := claim.QueueCheckpoint(ctx, p, chargeRequested, nil); err == nil {
+			t.Error("QueueCheckpoint of a claim no first batch locked was queued")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A claim a first batch made may be updated once.
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer postgres.RollbackOpen(ctx, conn)
+	first := postgres.NewPipeline(conn)
+	first.Queue("BEGIN")
+	queued, err := b.store.QueueClaim(ctx, first, b.request(t, b.tenantA, opPayments, "batched", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Send(ctx)
+	claim, err := queued.Claim(ctx)
+	if cerr := first.Close(); err != nil || cerr != nil {
+		t.Fatalf("queued claim: %v, %v", err, cerr)
+	}
+	second := postgres.NewPipeline(conn)
+	if _, err := claim.QueueCheckpoint(ctx, second, chargeRequested, nil); err != nil {
+		t.Fatalf("QueueCheckpoint after the first batch's lock: %v", err)
+	}
+	if _, _, err := claim.QueueFinish(ctx, second, created(`{}`), nil); err == nil {
+		t.Error("a second blind update of the same lock was queued")
+	}
+}
