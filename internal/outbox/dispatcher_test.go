@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncepay/oncepay/internal/broker"
@@ -477,4 +479,69 @@ func TestDispatchOnceVisitsEveryTenant(t *testing.T) {
 	if got := len(b.streamIDs(t)); got != 6 {
 		t.Fatalf("%d messages in the stream, want 6", got)
 	}
+}
+
+// A backlog drains without looking for tenants again after every batch:
+// OutboxDueTenants reads every due row's tenant, so a round that asked it
+// again per batch would read a backlog of n rows n/batch times (quadratic;
+// the burn-down of docs/BENCHMARKS.md fell to a third by it).
+func TestABacklogDrainsWithoutLookingForTenantsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const batch, batches = 5, 20
+	if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		for range batch * batches {
+			if _, err := outbox.Append(ctx, tx, b.event("order.created")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.pool.Config()
+	lookups := &statementCounter{name: "-- name: OutboxDueTenants "}
+	cfg.ConnConfig.Tracer = lookups // the dispatcher's connections copy it
+	counted, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(counted.Close)
+	// One loop, whose rounds start at its start, once more after a full
+	// batch woke it (Notify, for another loop to help), and at the
+	// listener's first connection: at most three lookups. The polls and
+	// the Signal stay out of the count.
+	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithBatchSize(batch), outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
+	testkit.WaitFor(t, 30*time.Second, "the backlog published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+	})
+	if n := lookups.count(); n > 3 {
+		t.Fatalf("the dispatcher looked for tenants %d times to drain %d batches; want at most 3", n, batches)
+	}
+}
+
+// statementCounter is a pgx tracer that counts the statements whose SQL
+// begins with name.
+type statementCounter struct {
+	name string
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(data.SQL, c.name) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
