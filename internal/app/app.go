@@ -405,7 +405,7 @@ func (a *App) startEvents(ctx context.Context, cfg Config, logger *slog.Logger, 
 	}
 	if cfg.OutboxDispatcher {
 		if a.dispatcher, err = outbox.NewDispatcher(a.pool, js, logger.With("component", "outbox"), now,
-			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts), outbox.WithAtomicBatches(cfg.OutboxAtomicMin),
+			outbox.WithPollInterval(cfg.OutboxPollInterval), outbox.WithMaxAttempts(cfg.OutboxMaxAttempts), outbox.WithAtomicBatches(cfg.OutboxAtomicMin), outbox.WithLinger(cfg.OutboxLinger),
 			outbox.WithPublishTimeout(cfg.OutboxPublishTimeout), outbox.WithLease(cfg.OutboxLease), outbox.WithDatabaseTimeout(cfg.WriteTimeout),
 			outbox.WithPublishObserver(m.OutboxPublish), outbox.WithSignal(a.events), outbox.WithHooks(o.outboxHooks),
 			outbox.WithTracerProvider(tp)); err != nil {

@@ -210,6 +210,11 @@ type Config struct {
 	// outbox.DefaultAtomicMin, 32; 0: never, for a server that does not
 	// sync each write, where an atomic batch only costs).
 	OutboxAtomicMin int
+	// OutboxLinger is how long a dispatcher loop that a commit woke waits
+	// for more commits before it claims, so that they share one batch
+	// (OUTBOX_LINGER, default outbox.DefaultLinger, 5ms; 0: at once; at
+	// most outbox.MaxLinger, 1s).
+	OutboxLinger time.Duration
 	// FulfillmentConsumer runs the fulfillment consumer in this process
 	// (FULFILLMENT_CONSUMER, default true).
 	FulfillmentConsumer bool
@@ -297,6 +302,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		OutboxLease:          r.duration("OUTBOX_LEASE", outbox.DefaultLease),
 		OutboxMaxAttempts:    r.integer("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, 1, 1000),
 		OutboxAtomicMin:      r.integer("OUTBOX_ATOMIC_MIN", outbox.DefaultAtomicMin, 0, outbox.MaxAtomicBatch),
+		OutboxLinger:         r.duration("OUTBOX_LINGER", outbox.DefaultLinger),
 		FulfillmentConsumer:  r.boolean("FULFILLMENT_CONSUMER", true),
 		AdminToken:           getenv("ADMIN_TOKEN"),
 	}
@@ -339,6 +345,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if b.d <= 0 {
 			r.errs = append(r.errs, fmt.Errorf("%s (%s) must be positive: %s", b.name, b.d, b.why))
 		}
+	}
+	if c.OutboxLinger > outbox.MaxLinger {
+		r.errs = append(r.errs, fmt.Errorf("OUTBOX_LINGER (%s) must be at most %s: it delays every event's publish", c.OutboxLinger, outbox.MaxLinger))
 	}
 	if c.LogFlushInterval > time.Second {
 		r.errs = append(r.errs, fmt.Errorf("LOG_FLUSH_INTERVAL (%s) must be at most 1s: a crash loses the info lines of the last interval", c.LogFlushInterval))

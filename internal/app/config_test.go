@@ -52,9 +52,9 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	// Every bad variable is reported at once.
 	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "SWEEP_DUTY_CYCLE": "0",
-		"LOG_FLUSH_INTERVAL": "5s", "OUTBOX_ATOMIC_MIN": "1001"}
+		"LOG_FLUSH_INTERVAL": "5s", "OUTBOX_ATOMIC_MIN": "1001", "OUTBOX_LINGER": "2s"}
 	_, err = app.ConfigFromEnv(func(k string) string { return bad[k] })
-	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "SWEEP_DUTY_CYCLE", "LOG_FLUSH_INTERVAL", "OUTBOX_ATOMIC_MIN"} {
+	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "SWEEP_DUTY_CYCLE", "LOG_FLUSH_INTERVAL", "OUTBOX_ATOMIC_MIN", "OUTBOX_LINGER"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Fatalf("error %v does not name %s", err, name)
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,6 +54,10 @@ type dispatcherConfig struct {
 	// atomicSet says an option set it (0 included: never).
 	atomicMin int
 	atomicSet bool
+	// linger is how long a woken loop waits before it claims; lingerSet
+	// says an option set it (0 included: not at all).
+	linger    time.Duration
+	lingerSet bool
 }
 
 // The defaults of the options that the service's configuration also sets
@@ -63,6 +68,10 @@ const (
 	DefaultPublishTimeout = 10 * time.Second
 	DefaultLease          = 30 * time.Second
 	DefaultAtomicMin      = 32
+	DefaultLinger         = 5 * time.Millisecond
+	// MaxLinger bounds WithLinger: a linger is a wait for more commits, not
+	// a polling interval.
+	MaxLinger = time.Second
 )
 
 func (c dispatcherConfig) withDefaults() dispatcherConfig {
@@ -71,6 +80,9 @@ func (c dispatcherConfig) withDefaults() dispatcherConfig {
 	}
 	if !c.atomicSet {
 		c.atomicMin = DefaultAtomicMin
+	}
+	if !c.lingerSet {
+		c.linger = DefaultLinger
 	}
 	if c.lease <= 0 {
 		c.lease = DefaultLease
@@ -188,6 +200,18 @@ func WithAtomicBatches(min int) DispatcherOption {
 	return func(d *Dispatcher) { d.cfg.atomicMin, d.cfg.atomicSet = max(min, 0), true }
 }
 
+// WithLinger makes a loop that a commit woke wait l before it claims
+// (default DefaultLinger, 5 ms; OUTBOX_LINGER), so that the commits of
+// that time share its batch: under load one claim, one publish and one
+// mark serve many events instead of one each, for at most l more between
+// a commit and its publish. While one loop lingers, wake-ups go to it and
+// the other loops stay idle. Like WithAtomicBatches, 0 is a value: claim
+// at once. A value above MaxLinger is MaxLinger. The poll and the drain of
+// a backlog never linger.
+func WithLinger(l time.Duration) DispatcherOption {
+	return func(d *Dispatcher) { d.cfg.linger, d.cfg.lingerSet = min(max(l, 0), MaxLinger), true }
+}
+
 // WithConcurrency is the number of claim-publish-mark loops one dispatcher
 // runs (default 2). Two loops overlap one batch's database work with the
 // other's publishing; they claim disjoint rows like separate dispatchers do.
@@ -283,6 +307,9 @@ type Dispatcher struct {
 	wake chan struct{}
 	// tracer starts the publish spans (WithTracerProvider).
 	tracer trace.Tracer
+	// lingering is true while a loop waits out the linger before its
+	// claim (WithLinger); a wake-up meanwhile is its, not another loop's.
+	lingering atomic.Bool
 }
 
 // NewDispatcher returns a dispatcher that publishes with js, with the
@@ -702,21 +729,49 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop runs rounds until ctx is cancelled: at once, when woken, and every
-// poll interval.
+// loop runs rounds until ctx is cancelled: at once, when woken (after the
+// linger), and every poll interval.
 func (d *Dispatcher) loop(ctx context.Context) {
 	timer := time.NewTimer(d.cfg.pollInterval)
 	defer timer.Stop()
 	for {
 		d.round(ctx)
 		timer.Reset(d.cfg.pollInterval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.wake:
-		case <-timer.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.wake:
+				if d.linger(ctx) {
+					break wait
+				}
+			case <-timer.C:
+				break wait
+			}
 		}
 	}
+}
+
+// linger waits out WithLinger after a wake-up and reports whether this loop
+// should run a round now. It does not when another loop is lingering: that
+// loop claims after the wake-up was sent, so after the commit it announced,
+// and takes its rows.
+func (d *Dispatcher) linger(ctx context.Context) bool {
+	if d.cfg.linger == 0 {
+		return true
+	}
+	if !d.lingering.CompareAndSwap(false, true) {
+		return false
+	}
+	defer d.lingering.Store(false) // before the round's claim: a later wake-up is another loop's
+	t := time.NewTimer(d.cfg.linger)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return true
 }
 
 // round calls DispatchOnce, then drains: a tenant whose batch was full has

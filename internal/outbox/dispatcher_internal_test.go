@@ -41,16 +41,21 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 	defaults := dispatcherConfig{
 		batchSize: 500, lease: 30 * time.Second, pollInterval: time.Second, publishTimeout: 10 * time.Second,
 		maxAttempts: 10, concurrency: 2, backoffBase: time.Second, backoffMax: 5 * time.Minute,
-		dbTimeout: 5 * time.Second, listenCheck: 30 * time.Second, atomicMin: DefaultAtomicMin,
+		dbTimeout: 5 * time.Second, listenCheck: 30 * time.Second, atomicMin: DefaultAtomicMin, linger: DefaultLinger,
 	}
 	set := dispatcherConfig{
 		batchSize: 7, lease: time.Minute, pollInterval: 2 * time.Second, publishTimeout: 3 * time.Second,
 		maxAttempts: 4, concurrency: 5, backoffBase: 6 * time.Second, backoffMax: 7 * time.Minute,
 		dbTimeout: 8 * time.Second, listenCheck: 9 * time.Second, atomicMin: 11, atomicSet: true,
+		linger: 12 * time.Millisecond, lingerSet: true,
 	}
 	// WithAtomicBatches' 0 is a value (never atomic), not "the default".
 	never := defaults
 	never.atomicMin, never.atomicSet = 0, true
+	// So is WithLinger's (claim at once); above MaxLinger it is MaxLinger.
+	atOnce, longest := defaults, defaults
+	atOnce.linger, atOnce.lingerSet = 0, true
+	longest.linger, longest.lingerSet = MaxLinger, true
 	for _, c := range []struct {
 		name string
 		opts []DispatcherOption
@@ -66,9 +71,13 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 			WithBatchSize(7), WithLease(time.Minute), WithPollInterval(2 * time.Second), WithPublishTimeout(3 * time.Second),
 			WithMaxAttempts(4), WithConcurrency(5), WithBackoff(6*time.Second, 7*time.Minute),
 			WithDatabaseTimeout(8 * time.Second), WithListenCheck(9 * time.Second), WithAtomicBatches(11),
+			WithLinger(12 * time.Millisecond),
 		}, set},
 		{"never atomic", []DispatcherOption{WithAtomicBatches(0)}, never},
 		{"less than never", []DispatcherOption{WithAtomicBatches(-3)}, never},
+		{"no linger", []DispatcherOption{WithLinger(0)}, atOnce},
+		{"less than no linger", []DispatcherOption{WithLinger(-time.Second)}, atOnce},
+		{"linger too long", []DispatcherOption{WithLinger(time.Hour)}, longest},
 	} {
 		d, err := NewDispatcher(pool, nil, slog.New(slog.DiscardHandler), time.Now, c.opts...)
 		if err != nil {

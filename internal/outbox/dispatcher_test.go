@@ -545,3 +545,44 @@ func (c *statementCounter) count() int {
 	defer c.mu.Unlock()
 	return c.n
 }
+
+// Commits that wake the dispatcher within its linger share one batch: one
+// claim, one publish, one mark for all of them instead of one each.
+func TestCommitsWithinTheLingerShareABatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	observe := outbox.WithPublishObserver(func(result string, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, n)
+	})
+	// A linger far longer than the appends take, even on a loaded machine;
+	// the poll stays out of it.
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast(observe, outbox.WithLinger(outbox.MaxLinger), outbox.WithPollInterval(time.Hour))...))
+	// The dispatcher's first rounds (its start, its listener's first
+	// connection) are done once a first event is published.
+	b.appendEvent(t, "order.created")
+	testkit.WaitFor(t, 30*time.Second, "the first event published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+	})
+	mu.Lock()
+	batches = nil
+	mu.Unlock()
+	const commits = 50
+	for range commits {
+		b.appendEvent(t, "order.created") // each signals its commit
+	}
+	testkit.WaitFor(t, 30*time.Second, "the events published", func() bool {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// One batch, or two when the listener's first wake-up came between.
+	if len(batches) > 2 {
+		t.Fatalf("%d commits, each waking the dispatcher, were published in %d batches %v; want them to share one or two", commits, len(batches), batches)
+	}
+}
