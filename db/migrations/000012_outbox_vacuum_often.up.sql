@@ -1,0 +1,14 @@
+-- The dispatcher's claim walks the pending index
+-- (outbox_events_pending_by_tenant) oldest first. A published row leaves
+-- the index only when VACUUM removes its old version: until then the claim
+-- steps over one dead entry per event published since the last vacuum.
+-- Autovacuum comes, by default, when 20% of the table's rows have changed;
+-- on a table that keeps 45 days of events that is hundreds of thousands of
+-- entries, walked by every claim (1.2 ms for 100,000 on the machine of
+-- docs/BENCHMARKS.md), so the claim would cost more the more history there
+-- is. A fixed threshold keeps the walk short whatever the table's size. The
+-- price is a vacuum, which reads the table's indexes, after every 10,000
+-- changed rows, and at most once per autovacuum_naptime (a minute by
+-- default): at 1,000 events a second a claim then walks at most a minute
+-- of them.
+ALTER TABLE outbox_events SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
