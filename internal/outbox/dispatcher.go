@@ -206,8 +206,9 @@ func WithAtomicBatches(min int) DispatcherOption {
 // mark serve many events instead of one each, for at most l more between
 // a commit and its publish. While one loop lingers, wake-ups go to it and
 // the other loops stay idle. Like WithAtomicBatches, 0 is a value: claim
-// at once. A value above MaxLinger is MaxLinger. The poll and the drain of
-// a backlog never linger.
+// at once. A value above MaxLinger is MaxLinger. The poll does not
+// linger, nor does a round draining a backlog (a loop it woke to help
+// does, once).
 func WithLinger(l time.Duration) DispatcherOption {
 	return func(d *Dispatcher) { d.cfg.linger, d.cfg.lingerSet = min(max(l, 0), MaxLinger), true }
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // The dispatcher's bookkeeping commits asynchronously on its own
@@ -90,5 +91,33 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 		if got, want := d.book.Config().MaxConns, int32(c.want.concurrency)+1; got != want {
 			t.Errorf("%s: the dispatcher's own pool holds %d connections, want %d (one per loop, one more)", c.name, got, want)
 		}
+	}
+}
+
+// While one loop lingers, a wake-up that reaches another loop does not
+// start a second linger and round: the lingering loop claims after that
+// wake-up was sent, so it takes the rows of the commit it announced.
+func TestOnlyOneLoopLingers(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	d, err := NewDispatcher(pool, nil, slog.New(slog.DiscardHandler), time.Now, WithLinger(MaxLinger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan bool, 1)
+	go func() { first <- d.linger(ctx) }()
+	testkit.WaitFor(t, 10*time.Second, "the first loop lingering", d.lingering.Load)
+	if d.linger(ctx) {
+		t.Fatal("a second loop lingered and would run a round while the first one lingers")
+	}
+	cancel() // ends the first linger early
+	if !<-first {
+		t.Fatal("the lingering loop would not run its round")
+	}
+	if d.lingering.Load() {
+		t.Fatal("the linger is still marked after it ended: the next wake-up would be dropped")
 	}
 }

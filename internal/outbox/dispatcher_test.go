@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -584,5 +585,24 @@ func TestCommitsWithinTheLingerShareABatch(t *testing.T) {
 	// One batch, or two when the listener's first wake-up came between.
 	if len(batches) > 2 {
 		t.Fatalf("%d commits, each waking the dispatcher, were published in %d batches %v; want them to share one or two", commits, len(batches), batches)
+	}
+}
+
+// outbox_events is vacuumed after a fixed number of changed rows, not a
+// share of the table (migration 000012): the claim walks one dead entry
+// of the pending index per event published since the last vacuum, so a
+// threshold that grew with the 45-day history would make every claim cost
+// more the more history there is (docs/OPERATIONS.md).
+func TestOutboxTableIsVacuumedAfterAFixedNumberOfChanges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var opts []string
+	if err := b.pool.QueryRow(context.Background(), `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000"} {
+		if !slices.Contains(opts, want) {
+			t.Errorf("outbox_events options %v lack %s", opts, want)
+		}
 	}
 }
