@@ -292,19 +292,33 @@ var (
 // spring tries traps for at most 15 seconds (each try holds the locks for
 // at most 1.5 seconds, below the APIs' 2-second lock timeout) and returns
 // the killed API's index, or -1 with whether any locks were held at all.
+// A try that fails is tried again: the run's other faults break the
+// trap's own connections too (a terminated worker backend surfaces, on
+// the coordinator, as the next statement's 57P01). Only when no try
+// caught anything is the last failure returned.
 func (e *executor) spring(ctx context.Context, traps ...trap) (victim int, held bool, err error) {
 	deadline := time.Now().Add(15 * time.Second)
+	var failed error
 	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		victim, n, err := e.catch(ctx, traps[i%len(traps)])
-		if err != nil || victim >= 0 {
-			return victim, true, err
+		if victim >= 0 {
+			return victim, true, nil
+		}
+		if err != nil {
+			failed = err
 		}
 		held = held || n > 0
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
 			return -1, held, err
 		}
 	}
-	return -1, held, ctx.Err()
+	if ctx.Err() != nil {
+		return -1, held, ctx.Err()
+	}
+	if failed != nil && !held {
+		return -1, false, fmt.Errorf("no try caught a trap; the last failed: %w", failed)
+	}
+	return -1, held, nil
 }
 
 // catch is one try of a trap. It returns the killed API's index (or -1)
