@@ -294,8 +294,8 @@ var (
 // the killed API's index, or -1 with whether any locks were held at all.
 // A try that fails is tried again: the run's other faults break the
 // trap's own connections too (a terminated worker backend surfaces, on
-// the coordinator, as the next statement's 57P01). Only when no try
-// caught anything is the last failure returned.
+// the coordinator, as the next statement's 57P01). The last failure is
+// returned only when no try caught a victim or held a lock.
 func (e *executor) spring(ctx context.Context, traps ...trap) (victim int, held bool, err error) {
 	deadline := time.Now().Add(15 * time.Second)
 	var failed error
