@@ -196,7 +196,7 @@ func (l *Local[T]) runBatched(ctx context.Context, conn *pgxpool.Conn, req idemp
 	if res.out.final == nil {
 		return idempotency.Response{}, true, fmt.Errorf("local operation %s returned recovery point %q; only Phases operations have recovery points", l.op, res.out.next)
 	}
-	l.r.afterCommit()
+	l.r.afterCommit(a.req.TenantID)
 	return *res.out.final, true, nil
 }
 

@@ -125,7 +125,7 @@ func (l *Local[T]) RunWith(ctx context.Context, req idempotency.Request, input I
 		return idempotency.Response{}, err
 	}
 	if !out.final.Replayed {
-		l.r.afterCommit()
+		l.r.afterCommit(req.TenantID)
 	}
 	return *out.final, nil
 }

@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -59,7 +60,7 @@ type Runner struct {
 	store        *idempotency.Store
 	logger       *slog.Logger
 	writeTimeout time.Duration
-	afterCommit  func()
+	afterCommit  func(tenant uuid.UUID)
 	hooks        Hooks
 	bound        RecoveryBound
 	tracer       trace.Tracer
@@ -125,9 +126,10 @@ func WithWriteTimeout(d time.Duration) Option { return func(r *Runner) { r.write
 
 // WithAfterCommit calls fn after every commit that finished an operation
 // (not after a replay, and not after a phase that only recorded a recovery
-// point): the operation may have appended an outbox event, and fn wakes the
-// dispatcher (outbox.Signal.Committed). It must not block (default none).
-func WithAfterCommit(fn func()) Option { return func(r *Runner) { r.afterCommit = fn } }
+// point) with the request's tenant: the operation may have appended an
+// outbox event of that tenant, and fn wakes the dispatcher for it
+// (outbox.Signal.Committed). It must not block (default none).
+func WithAfterCommit(fn func(tenant uuid.UUID)) Option { return func(r *Runner) { r.afterCommit = fn } }
 
 // WithTracerProvider traces the Recoverer's work with tp: one span per
 // resumed attempt, linked to the trace of the request that started it
@@ -145,7 +147,7 @@ func WithHooks(h Hooks) Option { return func(r *Runner) { r.hooks = h } }
 
 // NewRunner returns a Runner.
 func NewRunner(pool *pgxpool.Pool, store *idempotency.Store, logger *slog.Logger, opts ...Option) *Runner {
-	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func() {}, bound: DefaultRecoveryBound,
+	r := &Runner{pool: pool, store: store, logger: logger, writeTimeout: DefaultWriteTimeout, afterCommit: func(uuid.UUID) {}, bound: DefaultRecoveryBound,
 		tracer: tracing.Disabled().Tracer(instrumentation)}
 	for _, o := range opts {
 		o(r)

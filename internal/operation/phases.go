@@ -131,7 +131,7 @@ func (p *Phases[T]) RunWith(ctx context.Context, req idempotency.Request, input 
 		return idempotency.Response{}, err
 	}
 	if out.final != nil && !out.final.Replayed {
-		p.r.afterCommit()
+		p.r.afterCommit(a.req.TenantID)
 	}
 	return p.drive(ctx, a, out)
 }
@@ -291,7 +291,7 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 			if done {
 				out = next
 				if out.final != nil && !out.final.Replayed {
-					p.r.afterCommit()
+					p.r.afterCommit(a.req.TenantID)
 				}
 				continue
 			}
@@ -314,7 +314,7 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 			return stop(err)
 		}
 		if out.final != nil && !out.final.Replayed {
-			p.r.afterCommit()
+			p.r.afterCommit(a.req.TenantID)
 		}
 	}
 	return *out.final, nil

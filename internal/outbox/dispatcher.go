@@ -235,7 +235,7 @@ func WithHooks(h DispatcherHooks) DispatcherOption { return func(d *Dispatcher) 
 func WithSignal(s *Signal) DispatcherOption {
 	return func(d *Dispatcher) {
 		if s != nil {
-			d.wake = s.c
+			d.sig = s
 		}
 	}
 }
@@ -303,9 +303,10 @@ type Dispatcher struct {
 	hooks  DispatcherHooks
 	// observe sees every batch's publish attempts (WithPublishObserver).
 	observe func(result string, n int)
-	// wake is shared by the loops: a notification wakes one idle loop, and
-	// a loop that claimed a full batch wakes another to help drain.
-	wake chan struct{}
+	// sig is shared by the loops: a commit or a notification wakes one
+	// idle loop, and a loop that claimed a full batch wakes another to help
+	// drain. It names the tenants to claim (WithSignal).
+	sig *Signal
 	// tracer starts the publish spans (WithTracerProvider).
 	tracer trace.Tracer
 	// lingering is true while a loop waits out the linger before its
@@ -332,7 +333,7 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, logger *slog.Logg
 	d := &Dispatcher{
 		pool: pool, js: js, logger: logger, now: now,
 		observe: func(string, int) {},
-		wake:    make(chan struct{}, 1),
+		sig:     NewSignal(),
 		tracer:  tracing.Disabled().Tracer(instrumentation),
 	}
 	for _, o := range opts {
@@ -358,15 +359,11 @@ func NewDispatcher(pool *pgxpool.Pool, js jetstream.JetStream, logger *slog.Logg
 // returned.
 func (d *Dispatcher) Close() { d.book.Close() }
 
-// Notify wakes Run for a round. It never blocks; wake-ups that arrive while
-// one is pending merge into it. Run calls it on every notification; callers
-// in the same process may call it too.
-func (d *Dispatcher) Notify() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+// Notify wakes Run for a round that looks for every tenant's due rows. It
+// never blocks; wake-ups that arrive while one is pending merge into it.
+// Run calls it on every notification; callers in the same process may call
+// it too.
+func (d *Dispatcher) Notify() { d.sig.CommittedAny() }
 
 func (d *Dispatcher) nowUTC() time.Time { return d.now().UTC().Truncate(time.Microsecond) }
 
@@ -468,8 +465,8 @@ func (d *Dispatcher) dispatchTenant(ctx context.Context, tenant uuid.UUID) (Resu
 	}
 	if len(rows) == d.cfg.batchSize {
 		// More rows are probably waiting: wake another loop to claim the
-		// next batch while this one publishes.
-		d.Notify()
+		// tenant's next batch while this one publishes.
+		d.sig.Committed(tenant)
 	}
 	// UPDATE ... RETURNING keeps no order; publish oldest first.
 	slices.SortFunc(rows, func(a, b dbsqlc.OutboxEvent) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -735,19 +732,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) loop(ctx context.Context) {
 	timer := time.NewTimer(d.cfg.pollInterval)
 	defer timer.Stop()
+	woken := false // the first round looks for every tenant's rows
 	for {
-		d.round(ctx)
+		d.round(ctx, woken)
 		timer.Reset(d.cfg.pollInterval)
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-d.wake:
+			case <-d.sig.c:
 				if d.linger(ctx) {
+					woken = true
 					break wait
 				}
 			case <-timer.C:
+				woken = false
 				break wait
 			}
 		}
@@ -775,15 +775,31 @@ func (d *Dispatcher) linger(ctx context.Context) bool {
 	return true
 }
 
-// round calls DispatchOnce, then drains: a tenant whose batch was full has
-// more rows waiting, and the round claims its next batch at once, until
-// the tenant's batch is not full. The drain does not look for tenants
-// again: OutboxDueTenants reads every due row's tenant (a DISTINCT, which
-// PostgreSQL answers by reading all of them), so a backlog of n rows
-// drained by batches of b would cost n*n/2b row reads instead of n; the
-// other tenants are found by the next round.
-func (d *Dispatcher) round(ctx context.Context) {
-	_, full, err := d.dispatchDue(ctx)
+// round claims one batch of each tenant with due rows, then drains: a
+// tenant whose batch was full has more rows waiting, and the round claims
+// its next batch at once, until the tenant's batch is not full.
+//
+// A round that a Signal woke claims the tenants the commits named and does
+// not look for others (the poll and the notifications do): OutboxDueTenants
+// reads every due row's tenant (a DISTINCT, which PostgreSQL answers by
+// reading all of them, on Citus from every shard), and asked per commit it
+// would cost PostgreSQL more than the commit's event. Woken with no tenant
+// left to claim (another round took them after their commits), it does
+// nothing. The drain does not look for tenants again either: a backlog of
+// n rows drained by batches of b would cost n*n/2b row reads instead of n;
+// the other tenants are found by the next round.
+func (d *Dispatcher) round(ctx context.Context, woken bool) {
+	var (
+		full []uuid.UUID
+		err  error
+	)
+	tenants, all := d.sig.take(maxTenantsPerRound)
+	switch {
+	case !woken || all:
+		_, full, err = d.dispatchDue(ctx)
+	case len(tenants) > 0:
+		_, full, err = d.dispatchTenants(ctx, tenants)
+	}
 	for err == nil && len(full) > 0 && ctx.Err() == nil {
 		_, full, err = d.dispatchTenants(ctx, full)
 	}

@@ -3,8 +3,11 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/oncepay/oncepay/internal/testdb"
 	"github.com/oncepay/oncepay/internal/testkit"
@@ -120,4 +123,48 @@ func TestOnlyOneLoopLingers(t *testing.T) {
 	if d.lingering.Load() {
 		t.Fatal("the linger is still marked after it ended: the next wake-up would be dropped")
 	}
+}
+
+// A Signal hands a woken round the tenants named since the last one took
+// them, each once, at most limit of them; the rest wake the next round.
+// A wake-up that named no tenant makes the round list them.
+func TestSignalHandsOutTheNamedTenants(t *testing.T) {
+	s := NewSignal()
+	if tenants, all := s.take(10); len(tenants) != 0 || all {
+		t.Fatalf("a fresh signal handed out %v, all=%v", tenants, all)
+	}
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	for _, tenant := range []uuid.UUID{a, b, a, c, b} {
+		s.Committed(tenant)
+	}
+	<-s.c // the commits' wake-ups merged into one
+	got, all := s.take(2)
+	if len(got) != 2 || all {
+		t.Fatalf("take(2) = %v, all=%v; want two tenants", got, all)
+	}
+	select {
+	case <-s.c:
+	default:
+		t.Fatal("a tenant was left over and no round was woken for it")
+	}
+	rest, _ := s.take(2)
+	if seen := append(got, rest...); len(seen) != 3 || !slices.Contains(seen, a) || !slices.Contains(seen, b) || !slices.Contains(seen, c) {
+		t.Fatalf("handed out %v; want %v, %v and %v once each", seen, a, b, c)
+	}
+	select {
+	case <-s.c:
+		t.Fatal("a round was woken with nothing left to take")
+	default:
+	}
+	s.CommittedAny()
+	s.Committed(a)
+	if tenants, all := s.take(10); !all || len(tenants) != 1 {
+		t.Fatalf("after a wake-up naming no tenant take = %v, all=%v; want all", tenants, all)
+	}
+	if _, all := s.take(10); all {
+		t.Fatal("a wake-up naming no tenant was handed out twice")
+	}
+	var none *Signal
+	none.Committed(a) // a process without a dispatcher
+	none.CommittedAny()
 }

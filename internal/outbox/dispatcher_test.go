@@ -87,7 +87,7 @@ func TestDispatcherNeverSkipsALateCommittingLowerSeq(t *testing.T) {
 	if err := late.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.events.Committed()
+	b.events.Committed(b.tenant.ID)
 	if n := b.count(t, `SELECT count(*) FROM outbox_events l, outbox_events f WHERE l.tenant_id = f.tenant_id AND l.id = $1 AND f.id = $2 AND l.seq < f.seq`, lateID, first); n != 1 {
 		t.Fatal("the late transaction's event does not have the lower seq; the test proves nothing")
 	}
@@ -509,17 +509,53 @@ func TestABacklogDrainsWithoutLookingForTenantsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(counted.Close)
-	// One loop, whose rounds start at its start, once more after a full
-	// batch woke it (Notify, for another loop to help), and at the
-	// listener's first connection: at most three lookups. The polls and
-	// the Signal stay out of the count.
+	// One loop, whose rounds look for tenants at its start and at the
+	// listener's first connection: at most two lookups. A full batch wakes
+	// a loop for its tenant (for another loop to help), which does not look
+	// again; the polls stay out of the count.
 	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithBatchSize(batch), outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
 	testkit.WaitFor(t, 30*time.Second, "the backlog published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
 	})
-	if n := lookups.count(); n > 3 {
-		t.Fatalf("the dispatcher looked for tenants %d times to drain %d batches; want at most 3", n, batches)
+	if n := lookups.count(); n > 2 {
+		t.Fatalf("the dispatcher looked for tenants %d times to drain %d batches; want at most 2", n, batches)
 	}
+}
+
+// A round woken by a Signal claims the tenant the commit named, without
+// listing the tenants with due rows first: that list reads every due row's
+// tenant (on Citus, every shard), and asked for each commit it cost
+// PostgreSQL more than the commit's event (docs/BENCHMARKS.md).
+func TestASignalledCommitIsClaimedWithoutListingTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg := b.pool.Config()
+	lookups := &statementCounter{name: "-- name: OutboxDueTenants "}
+	cfg.ConnConfig.Tracer = lookups // the dispatcher's connections copy it
+	counted, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(counted.Close)
+	// One loop, no poll: its rounds that look for tenants are its first
+	// and the one its listener's first connection asks for, two in all.
+	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
+	testkit.WaitFor(t, 30*time.Second, "the rounds of the dispatcher's start", func() bool { return lookups.count() == 2 })
+	const commits = 10
+	for i := range commits {
+		b.appendEvent(t, "order.created") // signals its commit, naming the tenant
+		testkit.WaitFor(t, 30*time.Second, "the event published", func() bool {
+			return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
+		})
+		if n := lookups.count(); n != 2 {
+			t.Fatalf("after %d signalled commits the dispatcher had looked for tenants %d times; want only its 2 starting rounds", i+1, n)
+		}
+	}
+	// A wake-up that names no tenant (an operator's notification) still
+	// looks for them.
+	b.events.CommittedAny()
+	testkit.WaitFor(t, 30*time.Second, "a round that looks for tenants", func() bool { return lookups.count() == 3 })
 }
 
 // statementCounter is a pgx tracer that counts the statements whose SQL

@@ -91,7 +91,7 @@ func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
-	b.events.Committed()
+	b.events.Committed(b.tenant.ID)
 	return id
 }
 

@@ -188,7 +188,7 @@ func (w *Worker) ProcessOnce(ctx context.Context, limit int) (int, error) {
 		}
 	}
 	if slices.Contains(results, ResultApplied) {
-		w.events.Committed()
+		w.events.CommittedAny()
 	}
 	return done, nil
 }

@@ -364,7 +364,7 @@ func latency(ctx context.Context, cfg config, pool *pgxpool.Pool, js jetstream.J
 			id, err := commitPaidOrder(ctx, pool, tenantID, i)
 			at := time.Now()
 			if err == nil {
-				events.Committed()
+				events.Committed(tenantID)
 			}
 			mu.Lock()
 			defer mu.Unlock()
