@@ -127,10 +127,11 @@ func TestOnlyOneLoopLingers(t *testing.T) {
 
 // A Signal hands a woken round the tenants named since the last one took
 // them, each once, at most limit of them; the rest wake the next round.
-// A wake-up that named no tenant makes the round list them.
+// A round that lists the tenants (the poll's, or one a wake-up naming no
+// tenant woke) leaves the named ones to a round of their own.
 func TestSignalHandsOutTheNamedTenants(t *testing.T) {
 	s := NewSignal()
-	if tenants, all := s.take(10); len(tenants) != 0 || all {
+	if tenants, all := s.take(false, 10); len(tenants) != 0 || all {
 		t.Fatalf("a fresh signal handed out %v, all=%v", tenants, all)
 	}
 	a, b, c := uuid.New(), uuid.New(), uuid.New()
@@ -138,7 +139,7 @@ func TestSignalHandsOutTheNamedTenants(t *testing.T) {
 		s.Committed(tenant)
 	}
 	<-s.c // the commits' wake-ups merged into one
-	got, all := s.take(2)
+	got, all := s.take(false, 2)
 	if len(got) != 2 || all {
 		t.Fatalf("take(2) = %v, all=%v; want two tenants", got, all)
 	}
@@ -147,7 +148,7 @@ func TestSignalHandsOutTheNamedTenants(t *testing.T) {
 	default:
 		t.Fatal("a tenant was left over and no round was woken for it")
 	}
-	rest, _ := s.take(2)
+	rest, _ := s.take(false, 2)
 	if seen := append(got, rest...); len(seen) != 3 || !slices.Contains(seen, a) || !slices.Contains(seen, b) || !slices.Contains(seen, c) {
 		t.Fatalf("handed out %v; want %v, %v and %v once each", seen, a, b, c)
 	}
@@ -156,14 +157,30 @@ func TestSignalHandsOutTheNamedTenants(t *testing.T) {
 		t.Fatal("a round was woken with nothing left to take")
 	default:
 	}
+
 	s.CommittedAny()
 	s.Committed(a)
-	if tenants, all := s.take(10); !all || len(tenants) != 1 {
-		t.Fatalf("after a wake-up naming no tenant take = %v, all=%v; want all", tenants, all)
+	<-s.c
+	if tenants, all := s.take(false, 10); !all || len(tenants) != 0 {
+		t.Fatalf("after a wake-up naming no tenant take = %v, all=%v; want a list and no tenant", tenants, all)
 	}
-	if _, all := s.take(10); all {
-		t.Fatal("a wake-up naming no tenant was handed out twice")
+	select {
+	case <-s.c:
+	default:
+		t.Fatal("a listing round left a named tenant and no round was woken for it")
 	}
+	if tenants, all := s.take(false, 10); all || !slices.Equal(tenants, []uuid.UUID{a}) {
+		t.Fatalf("the next round took %v, all=%v; want the named tenant, no list", tenants, all)
+	}
+	s.Committed(b)
+	<-s.c
+	if tenants, all := s.take(true, 10); !all || len(tenants) != 0 {
+		t.Fatalf("the poll's round took %v, all=%v; want a list and no tenant", tenants, all)
+	}
+	if tenants, _ := s.take(false, 10); !slices.Equal(tenants, []uuid.UUID{b}) {
+		t.Fatalf("after the poll's round the next took %v; want %v", tenants, b)
+	}
+
 	var none *Signal
 	none.Committed(a) // a process without a dispatcher
 	none.CommittedAny()

@@ -83,18 +83,22 @@ func (s *Signal) wake() {
 	}
 }
 
-// take hands a woken round up to limit named tenants, and whether it must
-// list the tenants instead (a wake-up named none). Tenants beyond limit
-// stay for the next round, which take wakes.
-func (s *Signal) take(limit int) (tenants []uuid.UUID, all bool) {
+// take hands a round its work. A round that lists the tenants with due
+// rows (list, or because a wake-up named no tenant: all) takes no named
+// tenant: the list is bounded (maxTenantsPerRound) and may not reach
+// them, so they stay for a round of their own, which take wakes. Any other
+// round takes up to limit named tenants; the rest wake the next round.
+func (s *Signal) take(list bool, limit int) (tenants []uuid.UUID, all bool) {
 	s.mu.Lock()
-	all, s.any = s.any, false
-	for t := range s.tenants {
-		if len(tenants) == limit {
-			break
+	all, s.any = list || s.any, false
+	if !all {
+		for t := range s.tenants {
+			if len(tenants) == limit {
+				break
+			}
+			tenants = append(tenants, t)
+			delete(s.tenants, t)
 		}
-		tenants = append(tenants, t)
-		delete(s.tenants, t)
 	}
 	more := len(s.tenants) > 0
 	s.mu.Unlock()
