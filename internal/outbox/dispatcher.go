@@ -782,13 +782,13 @@ func (d *Dispatcher) linger(ctx context.Context) bool {
 // A round that a Signal woke claims the tenants the commits named and does
 // not look for others (the poll and the notifications do): OutboxDueTenants
 // reads every due row's tenant (a DISTINCT, which PostgreSQL answers by
-// reading all of them, on Citus from every shard), and asked for every
-// commit's round it was a third of the dispatcher's statements
-// (docs/BENCHMARKS.md). Woken with no tenant left to claim (another round
-// took them after their commits), it does nothing. The drain does not
-// look for tenants again either: a backlog of n rows drained by batches
-// of b would cost n*n/2b row reads instead of n; the other tenants are
-// found by the next round.
+// reading all of them, on Citus from every shard), and asked in every
+// commit's round it was one of the round's three statements. Woken with no
+// tenant left to claim (another round took them after their commits), it
+// does nothing; a round that fails puts the tenants it took back for the
+// next one. The drain does not look for tenants again either: a backlog of
+// n rows drained by batches of b would cost n*n/2b row reads instead of n;
+// the other tenants are found by the next round.
 func (d *Dispatcher) round(ctx context.Context, woken bool) {
 	var (
 		full []uuid.UUID
@@ -799,7 +799,11 @@ func (d *Dispatcher) round(ctx context.Context, woken bool) {
 	case all:
 		_, full, err = d.dispatchDue(ctx)
 	case len(tenants) > 0:
-		_, full, err = d.dispatchTenants(ctx, tenants)
+		if _, full, err = d.dispatchTenants(ctx, tenants); err != nil {
+			// The tenants after the one that failed were not reached; the
+			// ones before it are claimed again for nothing, which is cheap.
+			d.sig.putBack(tenants)
+		}
 	}
 	for err == nil && len(full) > 0 && ctx.Err() == nil {
 		_, full, err = d.dispatchTenants(ctx, full)

@@ -180,6 +180,13 @@ func TestSignalHandsOutTheNamedTenants(t *testing.T) {
 	if tenants, _ := s.take(false, 10); !slices.Equal(tenants, []uuid.UUID{b}) {
 		t.Fatalf("after the poll's round the next took %v; want %v", tenants, b)
 	}
+	s.CommittedAny()
+	if _, all := s.take(true, 10); !all {
+		t.Fatal("the poll's round did not list")
+	}
+	if _, all := s.take(false, 10); !all {
+		t.Fatal("a poll's round took a wake-up that named no tenant; the round it woke must list too")
+	}
 
 	var none *Signal
 	none.Committed(a) // a process without a dispatcher

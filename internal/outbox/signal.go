@@ -83,14 +83,34 @@ func (s *Signal) wake() {
 	}
 }
 
+// putBack returns tenants that a round took and did not get to (it
+// failed first) for the next round to take, without waking one: the next
+// commit's wake-up or the poll starts it.
+func (s *Signal) putBack(tenants []uuid.UUID) {
+	s.mu.Lock()
+	for _, t := range tenants {
+		s.tenants[t] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
 // take hands a round its work. A round that lists the tenants with due
 // rows (list, or because a wake-up named no tenant: all) takes no named
 // tenant: the list is bounded (maxTenantsPerRound) and may not reach
 // them, so they stay for a round of their own, which take wakes. Any other
 // round takes up to limit named tenants; the rest wake the next round.
+//
+// Only a woken round takes a wake-up that named no tenant: a poll's round
+// (list) leaves it to the round its wake-up starts, which lists again. So
+// every such wake-up gets a listing round that began after it, and a
+// dispatcher's first rounds are the same however its start and its
+// listener's first notification interleave.
 func (s *Signal) take(list bool, limit int) (tenants []uuid.UUID, all bool) {
 	s.mu.Lock()
-	all, s.any = list || s.any, false
+	all = list || s.any
+	if !list {
+		s.any = false
+	}
 	if !all {
 		for t := range s.tenants {
 			if len(tenants) == limit {
