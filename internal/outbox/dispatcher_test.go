@@ -491,34 +491,45 @@ func TestABacklogDrainsWithoutLookingForTenantsAgain(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	const batch, batches = 5, 20
-	if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-		for range batch * batches {
-			if _, err := outbox.Append(ctx, tx, b.event("order.created")); err != nil {
-				return err
+	backlog := func() {
+		t.Helper()
+		if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+			for range batch * batches {
+				if _, err := outbox.Append(ctx, tx, b.event("order.created")); err != nil {
+					return err
+				}
 			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
-	cfg := b.pool.Config()
-	lookups := &statementCounter{name: "-- name: OutboxDueTenants "}
-	cfg.ConnConfig.Tracer = lookups // the dispatcher's connections copy it
-	counted, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(counted.Close)
-	// One loop, whose rounds look for tenants at its start and at the
-	// listener's first connection: at most two lookups. A full batch wakes
-	// a loop for its tenant (for another loop to help), which does not look
-	// again; the polls stay out of the count.
-	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithBatchSize(batch), outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
-	testkit.WaitFor(t, 30*time.Second, "the backlog published", func() bool {
+	published := func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
-	})
+	}
+	backlog()
+	counted, lookups := b.countingPool(t, "-- name: OutboxDueTenants ")
+	// One loop, whose rounds look for tenants at its start (which finds
+	// the backlog) and at the listener's first connection: two lookups. A
+	// full batch wakes a loop for its tenant (for another loop to help),
+	// which does not look again; the polls stay out of the count.
+	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithBatchSize(batch), outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
+	testkit.WaitFor(t, 30*time.Second, "the backlog published", published)
 	if n := lookups.count(); n > 2 {
 		t.Fatalf("the dispatcher looked for tenants %d times to drain %d batches; want at most 2", n, batches)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the rounds of the dispatcher's start", func() bool { return lookups.count() == 2 })
+	// A backlog committed and signalled once it runs: its drain, and the
+	// rounds its full batches wake, look for no tenant at all.
+	backlog()
+	b.events.Committed(b.tenant.ID)
+	testkit.WaitFor(t, 30*time.Second, "the signalled backlog published", published)
+	// One more signalled event: the one loop publishes it in a round after
+	// any that the drain's wake-ups started.
+	b.appendEvent(t, "order.created")
+	testkit.WaitFor(t, 30*time.Second, "the last event published", published)
+	if n := lookups.count(); n != 2 {
+		t.Fatalf("draining a signalled backlog of %d batches, the dispatcher looked for tenants %d more times; want none", batches, n-2)
 	}
 }
 
@@ -529,15 +540,7 @@ func TestABacklogDrainsWithoutLookingForTenantsAgain(t *testing.T) {
 func TestASignalledCommitIsClaimedWithoutListingTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	cfg := b.pool.Config()
-	lookups := &statementCounter{name: "-- name: OutboxDueTenants "}
-	cfg.ConnConfig.Tracer = lookups // the dispatcher's connections copy it
-	counted, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(counted.Close)
+	counted, lookups := b.countingPool(t, "-- name: OutboxDueTenants ")
 	// One loop, no poll: its rounds that look for tenants are its first
 	// and the one its listener's first connection asks for, two in all.
 	run(t, b.dispatcher(t, counted, b.nats.JS, fast(outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour))...))
@@ -564,15 +567,7 @@ func TestASignalledCommitIsClaimedWithoutListingTenants(t *testing.T) {
 func TestAFailedRoundLeavesNoNamedTenantBehind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	cfg := b.pool.Config()
-	lookups := &statementCounter{name: "-- name: OutboxDueTenants "}
-	cfg.ConnConfig.Tracer = lookups
-	counted, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(counted.Close)
+	counted, lookups := b.countingPool(t, "-- name: OutboxDueTenants ")
 	var (
 		mu     sync.Mutex
 		failed []uuid.UUID // the batch whose round failed: leased until its lease runs out
@@ -590,24 +585,9 @@ func TestAFailedRoundLeavesNoNamedTenantBehind(t *testing.T) {
 	// round.
 	run(t, b.dispatcher(t, counted, b.nats.JS, fast(hooks, outbox.WithConcurrency(1), outbox.WithPollInterval(time.Hour), outbox.WithLinger(outbox.MaxLinger))...))
 	testkit.WaitFor(t, 30*time.Second, "the rounds of the dispatcher's start", func() bool { return lookups.count() == 2 })
-	commit := func(tenant uuid.UUID) uuid.UUID {
-		t.Helper()
-		ev := b.event("order.created")
-		ev.TenantID = tenant
-		var id uuid.UUID
-		if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-			var err error
-			id, err = outbox.Append(ctx, tx, ev)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		b.events.Committed(tenant)
-		return id
-	}
 	other, another := testkit.NewTenant(t, b.pool), testkit.NewTenant(t, b.pool)
-	first := commit(b.tenant.ID)
-	second := commit(other.ID)
+	first := b.appendEventFor(t, b.tenant.ID, "order.created")
+	second := b.appendEventFor(t, other.ID, "order.created")
 	testkit.WaitFor(t, 30*time.Second, "the round that fails", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -622,7 +602,7 @@ func TestAFailedRoundLeavesNoNamedTenantBehind(t *testing.T) {
 	}
 	// The next commit, of a third tenant, wakes a round: it takes the
 	// tenant the failed round did not reach too.
-	third := commit(another.ID)
+	third := b.appendEventFor(t, another.ID, "order.created")
 	testkit.WaitFor(t, 30*time.Second, "the unreached tenant's event published", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND published_at IS NOT NULL`, []uuid.UUID{stranded, third}) == 2
 	})
@@ -651,6 +631,22 @@ func (c *statementCounter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+// countingPool returns a pool on b's database whose connections, and the
+// dispatcher's that copy its configuration, count the statements whose
+// SQL begins with name. It is closed when the test ends.
+func (b *testBundle) countingPool(t *testing.T, name string) (*pgxpool.Pool, *statementCounter) {
+	t.Helper()
+	cfg := b.pool.Config()
+	c := &statementCounter{name: name}
+	cfg.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, c
 }
 
 // Commits that wake the dispatcher within its linger share one batch: one

@@ -82,16 +82,24 @@ func run(t *testing.T, d *outbox.Dispatcher) {
 // signals the commit, as the services do.
 func (b *testBundle) appendEvent(t *testing.T, typ string) uuid.UUID {
 	t.Helper()
+	return b.appendEventFor(t, b.tenant.ID, typ)
+}
+
+// appendEventFor is appendEvent for another tenant of b's database.
+func (b *testBundle) appendEventFor(t *testing.T, tenant uuid.UUID, typ string) uuid.UUID {
+	t.Helper()
+	ev := b.event(typ)
+	ev.TenantID = tenant
 	var id uuid.UUID
 	err := postgres.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
 		var err error
-		id, err = outbox.Append(context.Background(), tx, b.event(typ))
+		id, err = outbox.Append(context.Background(), tx, ev)
 		return err
 	})
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
-	b.events.Committed(b.tenant.ID)
+	b.events.Committed(tenant)
 	return id
 }
 
