@@ -140,7 +140,8 @@ fuzz:
 
 ## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
 ##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_API_ENV for
-##        the API's environment (docs/BENCHMARKS.md)
+##        the API's environment (docs/BENCHMARKS.md); the API's embedded broker stores in .data/bench/nats,
+##        emptied at each start
 ##        BENCH_SERVICE_CPUS and BENCH_CLIENT_CPUS (taskset lists, e.g. 0 and 1) pin PostgreSQL, the simulator and
 ##        the API, and the load generator, to CPUs of their own
 BENCH_DURATION ?= 10s
@@ -154,7 +155,7 @@ bench: build
 	 pin=""; if [ -n "$(BENCH_CLIENT_CPUS)" ]; then pin="taskset -c $(BENCH_CLIENT_CPUS)"; \
 	   echo "bench: the load generator on CPUs $(BENCH_CLIENT_CPUS)"; fi; \
 	 DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
-	 mkdir -p .data/bench; \
+	 rm -rf .data/bench/nats; mkdir -p .data/bench; \
 	 port=""; \
 	 for _ in $$(seq 1 200); do \
 	   c=$$((20000 + RANDOM % 30000)); \
@@ -165,7 +166,7 @@ bench: build
 	 pid=""; \
 	 trap '[ -z "$$pid" ] || { kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; }; pspsim_stop; scripts/postgres.sh --stop bench || true' EXIT; \
 	 pspsim_start "http://127.0.0.1:$$port/webhooks/psp" .data/bench/pspsim.log; \
-	 DEMO_MODE=true SWEEP_INTERVAL=0 $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
+	 DEMO_MODE=true SWEEP_INTERVAL=0 NATS_STORE_DIR=.data/bench/nats $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \

@@ -86,20 +86,31 @@ func (g *growBench) seed(ctx context.Context, out io.Writer) error {
 
 // settle vacuums the grown tables and checkpoints.
 func (g *growBench) settle(ctx context.Context, out io.Writer) error {
-	conn, release, err := untimed(ctx, g.pool)
+	_, err := vacuumWritten(ctx, g.pool, out)
+	return err
+}
+
+// vacuumWritten vacuums the tables a create writes (grownTables) and
+// checkpoints, and returns how many dead rows they held before.
+func vacuumWritten(ctx context.Context, pool *pgxpool.Pool, out io.Writer) (int64, error) {
+	conn, release, err := untimed(ctx, pool)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer release()
+	var dead int64
+	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)", grownTables).Scan(&dead); err != nil {
+		return 0, fmt.Errorf("count dead rows: %w", err)
+	}
 	for _, t := range grownTables {
 		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
-			return fmt.Errorf("vacuum %s: %w", t, err)
+			return 0, fmt.Errorf("vacuum %s: %w", t, err)
 		}
 	}
 	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		fmt.Fprintf(out, "  (no CHECKPOINT: %v)\n", err)
 	}
-	return nil
+	return dead, nil
 }
 
 // unseed deletes what seed inserted.
