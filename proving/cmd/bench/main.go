@@ -403,8 +403,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s\n", round, name, clients,
-						r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)))
+					fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s%s\n", round, name, clients,
+						r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), direct.backlogNote(ctx))
 					if round == 1 {
 						results = append(results, r)
 					} else {

@@ -98,6 +98,23 @@ func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlC
 	}, nil
 }
 
+// backlogNote reports the tenant's events not yet published, read right
+// after a measured phase: a dispatcher that falls behind leaves its work
+// after the phase, where the phase's throughput and CPU do not see it.
+// (The sql floors' events are real events too: the API publishes them
+// while the next phases run.) Nothing without a database.
+func (s *sqlCreate) backlogNote(ctx context.Context) string {
+	if s == nil {
+		return ""
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events WHERE tenant_id = $1 AND published_at IS NULL AND stuck_at IS NULL", s.tenantID).Scan(&n)
+	if err != nil {
+		return fmt.Sprintf("  (outbox backlog unknown: %v)", err)
+	}
+	return fmt.Sprintf("  outbox backlog %d", n)
+}
+
 // The response and event shapes of an order, as the service encodes them
 // (internal/orders/http.go), so the stored rows have the same size.
 type (
