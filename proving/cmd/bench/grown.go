@@ -27,8 +27,9 @@ const (
 	scenarioReplayGrown = "replay-grown"
 )
 
-// grownTables are the tables whose sizes the comparison reports.
-var grownTables = []string{"api_idempotency", "orders", "order_items", "outbox_events"}
+// writtenTables are the tables a create writes: every run vacuums them
+// before it measures, and the grown comparison reports their sizes.
+var writtenTables = []string{"api_idempotency", "orders", "order_items", "outbox_events"}
 
 // growBench seeds the grown tables.
 type growBench struct {
@@ -90,8 +91,8 @@ func (g *growBench) settle(ctx context.Context, out io.Writer) error {
 	return err
 }
 
-// vacuumWritten vacuums the tables a create writes (grownTables) and
-// checkpoints, and returns how many dead rows they held before.
+// vacuumWritten vacuums writtenTables and checkpoints, and returns how
+// many dead rows they held before.
 func vacuumWritten(ctx context.Context, pool *pgxpool.Pool, out io.Writer) (int64, error) {
 	conn, release, err := untimed(ctx, pool)
 	if err != nil {
@@ -99,10 +100,10 @@ func vacuumWritten(ctx context.Context, pool *pgxpool.Pool, out io.Writer) (int6
 	}
 	defer release()
 	var dead int64
-	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)", grownTables).Scan(&dead); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)", writtenTables).Scan(&dead); err != nil {
 		return 0, fmt.Errorf("count dead rows: %w", err)
 	}
-	for _, t := range grownTables {
+	for _, t := range writtenTables {
 		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
 			return 0, fmt.Errorf("vacuum %s: %w", t, err)
 		}
@@ -139,7 +140,7 @@ func (g *growBench) unseed(ctx context.Context, out io.Writer) error {
 // sizes prints the grown tables' sizes: heap, indexes, live and dead rows.
 func (g *growBench) sizes(ctx context.Context, out io.Writer, when string) error {
 	rows, err := g.pool.Query(ctx, `SELECT relname, pg_relation_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup
-		FROM pg_stat_user_tables WHERE relname = ANY($1) ORDER BY relname`, grownTables)
+		FROM pg_stat_user_tables WHERE relname = ANY($1) ORDER BY relname`, writtenTables)
 	if err != nil {
 		return fmt.Errorf("table sizes: %w", err)
 	}

@@ -291,16 +291,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		// Every run starts from a vacuumed database. make bench starts
 		// PostgreSQL for the run and stops it afterwards, so autovacuum,
 		// which looks at a database once a minute, rarely gets to the
-		// dead rows earlier runs left: without this, a create's claim of
-		// its event walked the pending index over every event published
-		// since the day's first run, and each run was slower than the one
-		// before it (docs/BENCHMARKS.md).
+		// dead rows earlier runs left: without this, the dispatcher's
+		// claim of each create's event walked the pending index over every
+		// event published since the day's first run, and each run was
+		// slower than the one before it (docs/BENCHMARKS.md).
 		t0 := time.Now()
 		dead, err := vacuumWritten(ctx, pool, stdout)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "vacuumed %s: %d dead rows in %s\n", strings.Join(grownTables, ", "), dead, time.Since(t0).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "vacuumed %s: %d dead rows in %s\n", strings.Join(writtenTables, ", "), dead, time.Since(t0).Round(time.Millisecond))
 		if direct, err = newSQLCreate(ctx, pool, cfg.apiKey); err != nil {
 			return err
 		}
