@@ -19,6 +19,13 @@ if [ "${1:-}" = "--stop" ]; then
   shift
 fi
 name=${1:?usage: postgres.sh [--stop] NAME}
+# A cluster's name is a directory under .data/postgres: letters, digits,
+# dots, dashes and underscores, not starting with a dash (a mistyped flag
+# would otherwise become a cluster of that name).
+if ! [[ "$name" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || [ "$#" -gt 1 ]; then
+  printf 'postgres.sh: %s is not a cluster name (usage: postgres.sh [--stop] NAME, NAME of letters, digits, ".", "-", "_")\n' "$*" >&2
+  exit 2
+fi
 if [ -z "$stop" ] && [ -n "${DATABASE_URL:-}" ]; then
   printf '%s\n' "$DATABASE_URL"
   exit 0
