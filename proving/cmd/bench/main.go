@@ -78,15 +78,19 @@ type config struct {
 	pgPID       int
 	apiKey      string
 	databaseURL string
-	load        load
-	rounds      int
-	clients     []int
-	scenarios   []string
-	replayKeys  int
-	wait        time.Duration
-	cpuProfile  string
-	markdown    bool
-	strict      bool
+	// floorDatabase is the database the sql floors write to, created on
+	// the API's server for the run (floor.go); "" writes them to the
+	// API's own database.
+	floorDatabase string
+	load          load
+	rounds        int
+	clients       []int
+	scenarios     []string
+	replayKeys    int
+	wait          time.Duration
+	cpuProfile    string
+	markdown      bool
+	strict        bool
 	// sweepRecords > 0 runs the sweep comparison instead of the scenarios.
 	sweepRecords int
 	sweepBatch   int
@@ -117,6 +121,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.IntVar(&c.pgPID, "pg-pid", 0, "pid of the PostgreSQL postmaster, to report the server's CPU time; 0 skips it")
 	fs.StringVar(&c.apiKey, "api-key", "sk_test_acme", "API key of the tenant to create orders for (the SQL scenario uses the same tenant)")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL of the API's database, for the SQL-equivalent scenario")
+	fs.StringVar(&c.floorDatabase, "floor-database", defaultFloorDatabase, "database the sql and sql-naive floors write to, created (dropped first if it exists) on the API's server with the service's schema and the tenant's catalog, and dropped at the end, so that their rows and events stay out of the API's outbox and broker; \"\" writes them to the API's database")
 	fs.DurationVar(&c.load.duration, "duration", 10*time.Second, "measured time per scenario and round")
 	fs.IntVar(&c.load.requests, "requests", 0, "measured requests per scenario and round, instead of --duration")
 	fs.DurationVar(&c.load.warmup, "warmup", time.Second, "unmeasured warm-up before each scenario")
@@ -303,6 +308,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		fmt.Fprintf(stdout, "vacuumed %s: %d dead rows in %s\n", strings.Join(writtenTables, ", "), dead, time.Since(t0).Round(time.Millisecond))
 		if direct, err = newSQLCreate(ctx, pool, cfg.apiKey); err != nil {
 			return err
+		}
+		if cfg.floorDatabase != "" && cfg.needs(scenarioSQL, scenarioSQLNaive) {
+			t0 := time.Now()
+			floor, err := openFloor(ctx, pool, cfg.databaseURL, cfg.floorDatabase, direct.tenantID, int32(max(20, maxClients)))
+			if err != nil {
+				return err
+			}
+			defer func() {
+				floor.Close()
+				if err := dropFloor(context.WithoutCancel(ctx), pool, cfg.floorDatabase); err != nil {
+					fmt.Fprintf(stdout, "could not drop the floor database %s: %v\n", cfg.floorDatabase, err)
+				}
+			}()
+			direct.floor = floor
+			fmt.Fprintf(stdout, "floors write to database %s (created in %s): their events stay out of the API's outbox\n", cfg.floorDatabase, time.Since(t0).Round(time.Millisecond))
 		}
 		ops[scenarioSQL] = direct.op()
 		ops[scenarioSQLNaive] = direct.naiveOp()

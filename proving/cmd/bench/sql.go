@@ -71,7 +71,12 @@ WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
 // is not SQL: HTTP, routing, authentication, validation, the fingerprint,
 // logging.
 type sqlCreate struct {
+	// pool is the API's database: the replay's lookups (keys the API
+	// created), the outbox backlog, the sweep, grown-data and keep-pace
+	// comparisons. floor is where the floors write (openFloor; pool
+	// itself with --floor-database "").
 	pool        *pgxpool.Pool
+	floor       *pgxpool.Pool
 	tenantID    uuid.UUID
 	fingerprint idempotency.Fingerprint
 	retention   time.Duration
@@ -91,6 +96,7 @@ func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlC
 	}
 	return &sqlCreate{
 		pool:        pool,
+		floor:       pool,
 		tenantID:    t.ID,
 		fingerprint: fp,
 		retention:   orders.Specs()[0].Retention,
@@ -101,8 +107,9 @@ func newSQLCreate(ctx context.Context, pool *pgxpool.Pool, apiKey string) (*sqlC
 // backlogNote reports the tenant's events not yet published, read right
 // after a measured phase: a dispatcher that falls behind leaves its work
 // after the phase, where the phase's throughput and CPU do not see it.
-// (The sql floors' events are real events too: the API publishes them
-// while the next phases run.) Nothing without a database.
+// (With --floor-database "", the sql floors' events are in it too: the
+// API publishes them while the next phases run.) Nothing without a
+// database.
 func (s *sqlCreate) backlogNote(ctx context.Context) string {
 	if s == nil {
 		return ""
@@ -199,11 +206,11 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
 
 	// The fast path: a fresh key has no record.
-	if _, err := s.lookup(ctx, s.pool, key); !errors.Is(err, pgx.ErrNoRows) {
+	if _, err := s.lookup(ctx, s.floor, key); !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
 	}
 
-	return postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, s.floor, func(tx pgx.Tx) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		leaseUntil := now.Add(s.lease)
 		rows, err := tx.Query(ctx, sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention))
@@ -296,7 +303,7 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
 	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.floor.Acquire(ctx)
 	if err != nil {
 		return err
 	}

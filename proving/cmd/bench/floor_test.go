@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tenants"
+)
+
+// The floors write to a database of their own: what sql and sql-naive
+// create (orders, records, events) lands there, none of it in the API's
+// database, whose dispatcher would otherwise publish the floors' events
+// during the floors' own measurement; and a floor database left by an
+// earlier run is replaced, not reused.
+func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	apiURL, api := benchDatabase(t)
+	seeded, err := tenants.NewService(api, time.Now, tenants.WithDemoKeys(true)).SeedDemo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Exec(ctx, `INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
+		VALUES ($1, 'travel-mug', 'Travel mug', 1800, 'EUR', 1000000)`, seeded[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSQLCreate(ctx, api, tenants.DemoTenants()[0].APIKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "floor_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	t.Cleanup(func() {
+		if err := dropFloor(context.Background(), api, name); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	floor, err := openFloor(ctx, api, apiURL, name, s.tenantID, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.floor = floor
+	for i := range 3 {
+		if err := s.create(ctx, newKey()); err != nil {
+			t.Fatalf("sql create %d: %v", i, err)
+		}
+		if err := s.createNaive(ctx, newKey()); err != nil {
+			t.Fatalf("sql-naive create %d: %v", i, err)
+		}
+	}
+	count := func(p *pgxpool.Pool, table string) int {
+		t.Helper()
+		var n int
+		if err := p.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE tenant_id = $1", table), s.tenantID).Scan(&n); err != nil {
+			t.Fatalf("count %s: %v", table, err)
+		}
+		return n
+	}
+	for _, table := range []string{"api_idempotency", "orders", "order_items", "outbox_events"} {
+		if n := count(floor, table); n != 6 {
+			t.Errorf("the floor database holds %d rows in %s after six creates, want 6", n, table)
+		}
+		if n := count(api, table); n != 0 {
+			t.Errorf("the API's database holds %d rows of the floors in %s, want none", n, table)
+		}
+	}
+	floor.Close()
+
+	// A second run finds the first run's floor database and starts afresh.
+	floor, err = openFloor(ctx, api, apiURL, name, s.tenantID, 4)
+	if err != nil {
+		t.Fatalf("open the floor database again: %v", err)
+	}
+	defer floor.Close()
+	if n := count(floor, "products"); n != 1 {
+		t.Errorf("the floor database holds %d products of the tenant, want its catalog's 1", n)
+	}
+	if n := count(floor, "outbox_events"); n != 0 {
+		t.Errorf("a new floor database holds %d events of the last run, want none", n)
+	}
+	s.floor = floor
+	if err := s.create(ctx, newKey()); err != nil {
+		t.Fatalf("sql create on the new floor database: %v", err)
+	}
+	for table, n := range map[string]int{"orders": 1, "outbox_events": 1, "api_idempotency": 1} {
+		if got := count(floor, table); got != n {
+			t.Errorf("the floor database holds %d rows in %s after one create, want %d", got, table, n)
+		}
+	}
+}
+
+// The floor database is never the API's own, and needs a URL to be made.
+func TestTheFloorDatabaseIsRefusedWhereItCannotBeMade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	apiURL, api := benchDatabase(t)
+	var current string
+	if err := api.QueryRow(ctx, "SELECT current_database()").Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openFloor(ctx, api, apiURL, current, uuid.New(), 2); err == nil || !strings.Contains(err.Error(), "the API's own database") {
+		t.Errorf("the API's own database as the floor: %v, want a refusal", err)
+	}
+	if _, err := withDatabase("host=127.0.0.1 dbname=x", "floor"); err == nil || !strings.Contains(err.Error(), "postgres:// URL") {
+		t.Errorf("a keyword/value connection string: %v, want a refusal that names the URL", err)
+	}
+	got, err := withDatabase("postgres://u:p@127.0.0.1:5432/oncepay?sslmode=disable", "oncepay_bench_floor")
+	if err != nil || got != "postgres://u:p@127.0.0.1:5432/oncepay_bench_floor?sslmode=disable" {
+		t.Errorf("withDatabase: %q, %v", got, err)
+	}
+}
+
+// benchDatabase makes a migrated database for t as make bench has one: on
+// DATABASE_URL's server, reached as its user, who may create databases
+// (the floor database is made beside it), dropped when t ends.
+func benchDatabase(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	raw := os.Getenv("DATABASE_URL")
+	if raw == "" {
+		t.Fatal("DATABASE_URL is not set: run `make test`, which starts a private PostgreSQL, or point DATABASE_URL at a server where you may create databases")
+	}
+	admin, err := postgres.Open(ctx, raw, postgres.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	name := "bench_api_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dropFloor(context.Background(), admin, name); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	url, err := withDatabase(raw, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, url, nil); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := postgres.Open(ctx, url, postgres.PoolConfig{MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return url, pool
+}
