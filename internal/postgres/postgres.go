@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // PoolConfig tunes the pool. Zero values take the documented defaults.
@@ -88,13 +87,9 @@ func Open(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool
 	if pc.Tracer != nil {
 		cfg.ConnConfig.Tracer = pc.Tracer
 	}
-	// google/uuid's UUID is a driver.Valuer and an sql.Scanner: without
-	// this, pgx encodes every UUID parameter through its string form and
-	// scans every UUID column by parsing one (a tenth of the API's CPU per
-	// create, measured with perf; docs/BENCHMARKS.md). Registered, it is
-	// the 16 bytes of pgx's own UUID type, both ways.
+	// UUIDs as their 16 bytes, never through their string form (uuid.go).
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
-		pgxuuid.Register(conn.TypeMap())
+		registerUUID(conn.TypeMap())
 		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
