@@ -52,7 +52,7 @@ func openFloor(ctx context.Context, api *pgxpool.Pool, apiURL, name string, tena
 		return nil, fmt.Errorf("drop the floor database %s: %w", name, err)
 	}
 	if _, err := api.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return nil, fmt.Errorf("create the floor database %s: %w", name, err)
+		return nil, fmt.Errorf("create the floor database %s (the sql floors run on a database of their own; a user without CREATEDB can pass --floor-database \"\" to run them on the API's): %w", name, err)
 	}
 	if err := postgres.Migrate(ctx, floorURL, nil); err != nil {
 		return nil, fmt.Errorf("migrate the floor database %s: %w", name, err)

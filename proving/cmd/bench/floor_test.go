@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -107,6 +108,33 @@ func TestTheFloorDatabaseIsRefusedWhereItCannotBeMade(t *testing.T) {
 	}
 	if _, err := openFloor(ctx, api, apiURL, current, uuid.New(), 2); err == nil || !strings.Contains(err.Error(), "the API's own database") {
 		t.Errorf("the API's own database as the floor: %v, want a refusal", err)
+	}
+	// A user who may not create databases is told how to run the floors.
+	role := "bench_nocreatedb_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	if _, err := api.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := api.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(apiURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+role) // whatever the server's authentication
+		return err
+	}
+	weak, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = openFloor(ctx, weak, apiURL, "floor_"+strings.ReplaceAll(uuid.NewString(), "-", ""), uuid.New(), 2)
+	weak.Close()
+	if err == nil || !strings.Contains(err.Error(), `--floor-database ""`) {
+		t.Errorf("a user without CREATEDB: %v, want the way out named", err)
 	}
 	if _, err := withDatabase("host=127.0.0.1 dbname=x", "floor"); err == nil || !strings.Contains(err.Error(), "postgres:// URL") {
 		t.Errorf("a keyword/value connection string: %v, want a refusal that names the URL", err)
