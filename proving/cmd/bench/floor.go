@@ -46,12 +46,11 @@ func openFloor(ctx context.Context, api *pgxpool.Pool, apiURL, name string, tena
 	if current == name {
 		return nil, fmt.Errorf("--floor-database %q is the API's own database: name another one, or \"\" to write the floors there", name)
 	}
-	ident := pgx.Identifier{name}.Sanitize()
-	// WITH (FORCE): a bench killed mid-run may have left sessions on it.
-	if _, err := api.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+	// A bench killed mid-run may have left it, with sessions on it.
+	if err := dropDatabase(ctx, api, name); err != nil {
 		return nil, fmt.Errorf("drop the floor database %s: %w", name, err)
 	}
-	if _, err := api.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+	if _, err := api.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("create the floor database %s (the sql floors run on a database of their own; a user without CREATEDB can pass --floor-database \"\" to run them on the API's): %w", name, err)
 	}
 	if err := postgres.Migrate(ctx, floorURL, nil); err != nil {
@@ -101,10 +100,11 @@ func copyRows(ctx context.Context, from, to *pgxpool.Pool, table, query string) 
 	return nil
 }
 
-// dropFloor drops the floor database at the end of a run, so that it does
-// not keep its rows on the bench's server. A failure is reported, not fatal.
-func dropFloor(ctx context.Context, api *pgxpool.Pool, name string) error {
-	_, err := api.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+// dropDatabase drops the database name through pool (the floor database at
+// the end of a run, so that it does not keep its rows on the bench's
+// server), closing the sessions left on it.
+func dropDatabase(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	_, err := pool.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	return err
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tenants"
 )
@@ -25,21 +29,14 @@ func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	apiURL, api := benchDatabase(t)
-	seeded, err := tenants.NewService(api, time.Now, tenants.WithDemoKeys(true)).SeedDemo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Exec(ctx, `INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
-		VALUES ($1, 'travel-mug', 'Travel mug', 1800, 'EUR', 1000000)`, seeded[0].ID); err != nil {
-		t.Fatal(err)
-	}
+	seedDemo(t, api)
 	s, err := newSQLCreate(ctx, api, tenants.DemoTenants()[0].APIKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := "floor_" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	t.Cleanup(func() {
-		if err := dropFloor(context.Background(), api, name); err != nil {
+		if err := dropDatabase(context.Background(), api, name); err != nil {
 			t.Errorf("drop %s: %v", name, err)
 		}
 	})
@@ -80,8 +77,8 @@ func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
 		t.Fatalf("open the floor database again: %v", err)
 	}
 	defer floor.Close()
-	if n := count(floor, "products"); n != 1 {
-		t.Errorf("the floor database holds %d products of the tenant, want its catalog's 1", n)
+	if n := count(floor, "products"); n != len(orders.DemoCatalog()) {
+		t.Errorf("the floor database holds %d products of the tenant, want its catalog's %d", n, len(orders.DemoCatalog()))
 	}
 	if n := count(floor, "outbox_events"); n != 0 {
 		t.Errorf("a new floor database holds %d events of the last run, want none", n)
@@ -93,6 +90,55 @@ func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
 	for table, n := range map[string]int{"orders": 1, "outbox_events": 1, "api_idempotency": 1} {
 		if got := count(floor, table); got != n {
 			t.Errorf("the floor database holds %d rows in %s after one create, want %d", got, table, n)
+		}
+	}
+}
+
+// make bench's own run of the floors (run, as main calls it) writes to the
+// floor database, not the API's, and drops it when it is done.
+func TestABenchRunLeavesTheFloorsNothingInTheAPIsDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	apiURL, api := benchDatabase(t)
+	seedDemo(t, api)
+	name := "floor_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	t.Cleanup(func() { _ = dropDatabase(context.Background(), api, name) })
+	var out strings.Builder
+	args := []string{"--database-url", apiURL, "--floor-database", name, "--scenarios", "sql,sql-naive",
+		"--clients", "1", "--requests", "20", "--warmup", "0s"}
+	if err := run(ctx, args, func(string) string { return "" }, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	var nOrders, nEvents int
+	if err := api.QueryRow(ctx, "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM outbox_events)").Scan(&nOrders, &nEvents); err != nil {
+		t.Fatal(err)
+	}
+	if nOrders != 0 || nEvents != 0 {
+		t.Errorf("after the floors' 40 creates the API's database holds %d orders and %d events, want none\n%s", nOrders, nEvents, out.String())
+	}
+	var left bool
+	if err := api.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left {
+		t.Errorf("the floor database %s is still there after the run", name)
+	}
+}
+
+// seedDemo seeds the demo tenants and their catalogs as api serve does in
+// demo mode, on pool.
+func seedDemo(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	seeded, err := tenants.NewService(pool, time.Now, tenants.WithDemoKeys(true)).SeedDemo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, time.Now)
+	svc := orders.NewService(pool, operation.NewRunner(pool, store, slog.New(slog.DiscardHandler)), time.Now)
+	for _, tn := range seeded {
+		if err := svc.SeedCatalog(ctx, tn.ID, orders.DemoCatalog()); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -165,7 +211,7 @@ func benchDatabase(t *testing.T) (string, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := dropFloor(context.Background(), admin, name); err != nil {
+		if err := dropDatabase(context.Background(), admin, name); err != nil {
 			t.Errorf("drop %s: %v", name, err)
 		}
 	})

@@ -317,7 +317,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 			defer func() {
 				floor.Close()
-				if err := dropFloor(context.WithoutCancel(ctx), pool, cfg.floorDatabase); err != nil {
+				if err := dropDatabase(context.WithoutCancel(ctx), pool, cfg.floorDatabase); err != nil {
 					fmt.Fprintf(stdout, "could not drop the floor database %s: %v\n", cfg.floorDatabase, err)
 				}
 			}()
