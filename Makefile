@@ -143,7 +143,7 @@ fuzz:
 ##        the API's environment (docs/BENCHMARKS.md); the API's embedded broker stores in .data/bench/nats,
 ##        emptied at each start
 ##        BENCH_SERVICE_CPUS and BENCH_CLIENT_CPUS (taskset lists, e.g. 0 and 1) pin PostgreSQL, the simulator and
-##        the API, and the load generator, to CPUs of their own
+##        the API (and the http scenario's bare server), and the load generator, to CPUs of their own
 BENCH_DURATION ?= 10s
 BENCH_ARGS ?=
 BENCH_API_ENV ?=
@@ -154,6 +154,7 @@ bench: build
 	   echo "bench: PostgreSQL, the simulator and the API on CPUs $(BENCH_SERVICE_CPUS)"; fi; \
 	 pin=""; if [ -n "$(BENCH_CLIENT_CPUS)" ]; then pin="taskset -c $(BENCH_CLIENT_CPUS)"; \
 	   echo "bench: the load generator on CPUs $(BENCH_CLIENT_CPUS)"; fi; \
+	 bare=""; if [ -n "$(BENCH_SERVICE_CPUS)" ]; then bare="--bare-cpus $(BENCH_SERVICE_CPUS)"; fi; \
 	 DATABASE_URL="$$(PG_SERVER_OPTS= scripts/postgres.sh bench)"; export DATABASE_URL; \
 	 rm -rf .data/bench/nats; mkdir -p .data/bench; \
 	 port=""; \
@@ -170,7 +171,7 @@ bench: build
 	 pid=$$!; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
-	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s \
+	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s $$bare \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
 ## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it

@@ -1,7 +1,7 @@
 // Command bench measures POST /v1/orders of a running API against the floor
 // it cannot beat: the same SQL, run directly on the same database.
 //
-// Four scenarios run at each client count (default 1 and 16), interleaved
+// Five scenarios run at each client count (default 1 and 16), interleaved
 // so that drift on a shared machine hits them alike:
 //
 //	sql        the statements of one order creation, batched as the service
@@ -9,6 +9,9 @@
 //	           COMMIT in the second: three round trips), fresh key each
 //	           time, through pgx
 //	sql-naive  the same statements a round trip each (nine round trips)
+//	http       the create's HTTP exchange alone: the same client and
+//	           request against a server, in a process of its own, that only
+//	           answers with a fixed order (bare.go)
 //	create     POST /v1/orders with a fresh Idempotency-Key each time
 //	replay     POST /v1/orders repeating keys that were created beforehand
 //
@@ -16,7 +19,9 @@
 // finished record), is not run unless asked for with --scenarios.
 //
 // It prints throughput and latency percentiles, the ratios the service is
-// held to and, given the API's pid, its peak resident memory. Any failed
+// held to and, given the API's pid, its peak resident memory. Next to each
+// create/sql ratio it gives the ceiling of any HTTP service on the machine:
+// the floor plus the bare exchange. Any failed
 // request (non-2xx, or a replay that was not one) makes it exit non-zero.
 // `make bench` starts a durable PostgreSQL and the API and runs it; see
 // docs/BENCHMARKS.md.
@@ -45,6 +50,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == bareCommand {
+		if err := serveBare(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
@@ -61,6 +73,7 @@ func main() {
 const (
 	scenarioSQL       = "sql"
 	scenarioSQLNaive  = "sql-naive"
+	scenarioHTTP      = "http"
 	scenarioCreate    = "create"
 	scenarioSQLReplay = "sql-replay"
 	scenarioReplay    = "replay"
@@ -68,7 +81,7 @@ const (
 
 // scenarioOrder is the order of the scenarios within a round.
 func scenarioOrder() []string {
-	return []string{scenarioSQL, scenarioSQLNaive, scenarioCreate, scenarioSQLReplay, scenarioReplay}
+	return []string{scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay}
 }
 
 // config is the parsed command line.
@@ -89,6 +102,7 @@ type config struct {
 	replayKeys    int
 	wait          time.Duration
 	cpuProfile    string
+	bareCPUs      string // taskset's CPU list for the http scenario's server
 	markdown      bool
 	strict        bool
 	// sweepRecords > 0 runs the sweep comparison instead of the scenarios.
@@ -127,7 +141,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.load.warmup, "warmup", time.Second, "unmeasured warm-up before each scenario")
 	fs.IntVar(&c.rounds, "rounds", 1, "how many times to run the whole interleaved sequence; results are merged")
 	fs.StringVar(&clients, "clients", "1,16", "comma-separated concurrent client counts")
-	fs.StringVar(&scenarios, "scenarios", "sql,sql-naive,create,replay", "comma-separated scenarios to run (sql, sql-naive, create, sql-replay, replay)")
+	fs.StringVar(&scenarios, "scenarios", "sql,sql-naive,http,create,replay", "comma-separated scenarios to run (sql, sql-naive, http, create, sql-replay, replay)")
+	fs.StringVar(&c.bareCPUs, "bare-cpus", "", "CPUs to pin the http scenario's bare server to, as taskset takes them (make bench passes BENCH_SERVICE_CPUS: where the API runs)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "orders created before measuring, whose keys the replay scenario repeats")
 	fs.DurationVar(&c.wait, "wait", 0, "first wait up to this long for the API's /readyz (0: do not wait)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this benchmark process (client side) to the file")
@@ -156,7 +171,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	for s := range strings.SplitSeq(scenarios, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case scenarioSQL, scenarioSQLNaive, scenarioCreate, scenarioSQLReplay, scenarioReplay:
+		case scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay:
 			if !slices.Contains(c.scenarios, s) {
 				c.scenarios = append(c.scenarios, s)
 			}
@@ -329,6 +344,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	ops[scenarioCreate] = api.createOp()
 	ops[scenarioCreateSweeping] = ops[scenarioCreate]
+	var bare *bareServer
+	if cfg.needs(scenarioHTTP) {
+		if bare, err = startBare(ctx, cfg.bareCPUs); err != nil {
+			return err
+		}
+		defer bare.stop()
+		bareAPI, err := newAPIClient(bare.url, cfg.apiKey, idle)
+		if err != nil {
+			return err
+		}
+		defer bareAPI.close()
+		ops[scenarioHTTP] = bareAPI.createOp()
+		fmt.Fprintf(stdout, "bare HTTP server: %s (pid %d), for the http scenario; its CPU is reported as the api's\n", bare.url, bare.pid)
+	}
 	if cfg.needs(scenarioReplay, scenarioSQLReplay) {
 		t0 := time.Now()
 		keys, err := api.prepareReplayKeys(ctx, cfg.replayKeys, maxClients)
@@ -355,6 +384,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 
 	probe := cpuProbe{apiPID: cfg.apiPID, pgPID: cfg.pgPID}
+	// The http scenario's server is the bare one: its CPU is what the
+	// api column shows for it.
+	probeOf := func(sc string) cpuProbe {
+		if sc == scenarioHTTP && bare != nil {
+			return cpuProbe{apiPID: bare.pid, pgPID: cfg.pgPID}
+		}
+		return probe
+	}
 	if cfg.overload > 0 || cfg.soak > 0 {
 		return runOpenLoops(ctx, cfg, api, probe, stdout)
 	}
@@ -419,7 +456,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 					if as != nil {
 						name = as[k]
 					}
-					r := measure(ctx, name, clients, cfg.load, ops[sc], &errs, probe)
+					r := measure(ctx, name, clients, cfg.load, ops[sc], &errs, probeOf(sc))
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -605,7 +642,8 @@ func findResult(results []result, sc string, clients int) (result, bool) {
 
 // targets judges the results against the service's goals, per client count:
 // create reaches 0.9x the SQL-equivalent throughput (the same statements
-// with the same batching) at 1 client and 0.8x with more, and 1.0x the
+// with the same batching) at 1 client and 0.8x with more (the detail says
+// what the floor plus a bare HTTP exchange would reach), and 1.0x the
 // naive sequence (a round trip per statement) at 1 client; replay reaches
 // 3x create throughput; replay's p99 is at most create's p50; at 16
 // clients the API spends at most 400 µs of CPU per create and 120 µs per
@@ -620,10 +658,15 @@ func targets(results []result, clientCounts []int, mem rss) []target {
 		if c == 1 {
 			want = 0.9
 		}
+		detail := fmt.Sprintf("%.1f vs %.1f req/s", create.throughput(), sql.throughput())
+		if bare, ok := find(scenarioHTTP, c); ok && okSQL {
+			detail += fmt.Sprintf("; ceiling of any HTTP service here: %.2fx (sql plus a bare exchange, %.1f req/s)",
+				ceiling(sql.throughput(), bare.throughput()), bare.throughput())
+		}
 		out = append(out, target{
 			name: fmt.Sprintf("create/sql throughput @%d", c), want: want, atLeast: true, unit: "x",
 			got:    ratio(create.throughput(), sql.throughput()),
-			detail: fmt.Sprintf("%.1f vs %.1f req/s", create.throughput(), sql.throughput()),
+			detail: detail,
 			skip:   !okSQL || !okCreate,
 		})
 	}
