@@ -37,7 +37,7 @@ run-cluster: build nats-server
 	@exec scripts/run-cluster.sh
 
 ## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck,
-##       known vulnerabilities, gosec, all tests with -race
+##       known vulnerabilities, gosec, all tests with -race (and every Go benchmark once, so none rots)
 test: deps check-generated check-compose lint vuln gosec unit
 
 ## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
@@ -123,7 +123,7 @@ unit:
 	@scripts/citus.sh --install
 	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
 	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
-	 $(GO) test -race -count=1 -timeout 15m ./...; \
+	 $(GO) test -race -count=1 -timeout 15m -bench . -benchtime 1x ./...; \
 	 echo "unit: the contract and the background roles again, on Citus (coordinator and two workers)"; \
 	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m -skip '$(CITUS_TEST_SKIP)' $(CITUS_TEST_PKGS)
 	$(GO) -C tools test -count=1 ./...
