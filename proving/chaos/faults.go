@@ -181,9 +181,10 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		e.faults.add(APIKilled, 1)
 		return e.stack.restartAPI(ctx, st.Target, st.Down)
 	case StepTerminatePG:
-		var n int
-		err := e.db.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE application_name ~ '^oncepay-api-[0-9]+$' AND datname = current_database()`).Scan(&n)
+		n, err := terminateBackends(ctx, terminateWithin, func(ctx context.Context) (n int, err error) {
+			err = e.db.QueryRow(ctx, terminateAPIBackends).Scan(&n)
+			return n, err
+		})
 		e.faults.add(BackendsTerminated, n)
 		if e.workers != nil {
 			e.faults.addNode(BackendsTerminated, "coordinator", n)
@@ -421,13 +422,54 @@ func (e *executor) terminateWorker(ctx context.Context, i int) error {
 	if i < 0 || i >= len(e.workers) {
 		return fmt.Errorf("no Citus worker %d", i)
 	}
-	var n int
-	err := e.workers[i].QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
-		  AND application_name LIKE 'citus_internal%'`).Scan(&n)
+	n, err := terminateBackends(ctx, terminateWithin, func(ctx context.Context) (n int, err error) {
+		err = e.workers[i].QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+			  AND application_name LIKE 'citus_internal%'`).Scan(&n)
+		return n, err
+	})
 	e.faults.add(WorkerBackendsTerminated, n)
 	e.faults.addNode(WorkerBackendsTerminated, fmt.Sprintf("worker-%d", i+1), n)
 	return err
+}
+
+// terminateAPIBackends terminates the APIs' connections to the database
+// (the stack names them oncepay-api-N) and counts them.
+const terminateAPIBackends = `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	WHERE application_name ~ '^oncepay-api-[0-9]+$' AND datname = current_database()`
+
+// terminateWithin bounds how long a step that terminates backends waits
+// for the database to be back (a postgres_outage lasts up to about 6 s)
+// or for a backend to terminate.
+const terminateWithin = 30 * time.Second
+
+// terminateBackends runs terminate, which terminates backends and counts
+// them, until it terminated at least one, polling for up to within: a step
+// that meets the database away (its outage or kill, timed independently of
+// the steps) or no connection to terminate at that moment waits for them,
+// so the fault is injected instead of skipped. It returns the last error
+// when the database never answered, and 0 with no error when it answered
+// but had nothing to terminate.
+func terminateBackends(ctx context.Context, within time.Duration, terminate func(context.Context) (int, error)) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		n, err := terminate(ctx)
+		if err == nil && n > 0 {
+			return n, nil
+		}
+		if err == nil || ctx.Err() == nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, last
+		case <-tick.C:
+		}
+	}
 }
 
 // killBroker SIGKILLs one nats-server (in a cluster run the one the step

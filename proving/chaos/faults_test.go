@@ -2,10 +2,16 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/oncepay/oncepay/internal/testdb"
+	"github.com/oncepay/oncepay/internal/testkit"
 )
 
 // A trap's try that fails (in a cluster run, the observer's own connection
@@ -38,5 +44,72 @@ func TestATrapIsTriedAgainAfterAFailedTry(t *testing.T) {
 	}
 	if tries < 3 {
 		t.Fatalf("the trap was tried %d times; a failed try ended the step (%v)", tries, err)
+	}
+}
+
+// A pg_backend_terminated step that meets the database away (a
+// postgres_outage or a kill, timed independently of the steps) waits for it
+// and terminates the APIs' connections once it is back: the fault is
+// injected, not skipped. Here the step's connection goes through a proxy
+// that is down until the step has failed once.
+func TestATerminateStepWaitsForTheDatabaseToBeBack(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	ctx := context.Background()
+	// An API's connection, named as the stack names them.
+	cfg := pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "oncepay-api-7"
+	api, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close(ctx)
+
+	proxy := testkit.StartFaultProxy(t, testkit.Upstream(t, pool.Config().ConnString()))
+	db, err := pgxpool.New(ctx, proxy.Through(t, pool.Config().ConnString()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	proxy.Down()
+	failed := make(chan struct{})
+	var once sync.Once
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		<-failed
+		proxy.Up(t)
+	}()
+	tries := 0
+	n, err := terminateBackends(ctx, 30*time.Second, func(ctx context.Context) (n int, err error) {
+		tries++
+		err = db.QueryRow(ctx, terminateAPIBackends).Scan(&n)
+		if err != nil {
+			once.Do(func() { close(failed) })
+		}
+		return n, err
+	})
+	<-back
+	if err != nil || n != 1 {
+		t.Fatalf("terminateBackends = %d, %v after %d tries, want the API's one connection terminated once the database was back", n, err, tries)
+	}
+	if tries < 2 {
+		t.Fatalf("terminated after %d tries: the database was never away", tries)
+	}
+	if err := api.Ping(ctx); err == nil {
+		t.Fatal("the API's connection still answers after it was terminated")
+	}
+}
+
+// With the database away for longer than the step may wait, the step says
+// why; with nothing to terminate, it says nothing was.
+func TestATerminateStepGivesUpWithinItsBound(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("connection refused")
+	if n, err := terminateBackends(context.Background(), 300*time.Millisecond, func(context.Context) (int, error) { return 0, refused }); n != 0 || !errors.Is(err, refused) {
+		t.Fatalf("database away: %d, %v, want 0 and the connection's error", n, err)
+	}
+	if n, err := terminateBackends(context.Background(), 300*time.Millisecond, func(context.Context) (int, error) { return 0, nil }); n != 0 || err != nil {
+		t.Fatalf("nothing to terminate: %d, %v, want 0 and no error", n, err)
 	}
 }
