@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
+.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-compare bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -173,6 +173,14 @@ bench: build
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
 	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s $$bare \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
+
+## bench-compare: this checkout's API and the API of REF (a commit; LABEL names it, default its short hash)
+##                side by side on one PostgreSQL and one simulator, every API scenario against one right after the
+##                other, and this one's figures as multiples of the other's (scripts/bench-compare.sh); BENCH_ARGS
+##                as for bench, e.g. --scenarios create,replay,pay,pay-only
+bench-compare: build
+	@command -v curl >/dev/null || { echo "bench-compare: needs curl (apt-get install curl)" >&2; exit 1; }
+	@REF="$(REF)" LABEL="$(LABEL)" BENCH_DURATION="$(BENCH_DURATION)" BENCH_ARGS="$(BENCH_ARGS)" scripts/bench-compare.sh
 
 ## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it
 ##           offered open loop for OVERLOAD_DURATION (60s), then SOAK (30m) at SOAK_FRACTION (0.5) of it

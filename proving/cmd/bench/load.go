@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -69,8 +70,8 @@ func measure(ctx context.Context, scenario string, clients int, l load, do op, e
 
 // runPhase runs do from clients goroutines until deadline passes (when
 // remaining is nil) or until remaining requests have been started, or until
-// ctx ends. elapsed runs from the start of the phase to the end of its last
-// request.
+// ctx ends, or until do reports errPrepared, which ends its goroutine.
+// elapsed runs from the start of the phase to the end of its last request.
 func runPhase(ctx context.Context, scenario string, clients int, deadline time.Time, remaining *atomic.Int64, do op, errs *errorLog) result {
 	type worker struct {
 		latencies []time.Duration
@@ -94,6 +95,9 @@ func runPhase(ctx context.Context, scenario string, clients int, deadline time.T
 				t0 := time.Now()
 				err := do(ctx)
 				d := time.Since(t0)
+				if errors.Is(err, errPrepared) {
+					return // the phase's work is used up (pay-only)
+				}
 				if err != nil {
 					if ctx.Err() == nil {
 						w.errors++

@@ -15,6 +15,17 @@
 //	create     POST /v1/orders with a fresh Idempotency-Key each time
 //	replay     POST /v1/orders repeating keys that were created beforehand
 //
+// The payment scenarios (pay.go) run when asked for with --scenarios, at
+// each simulator latency of --psp-latency: pay (create, then pay, each under
+// a fresh key) and pay-only (pay alone, on orders created beforehand).
+//
+// With --compare, every scenario that goes through the API runs a second
+// time against another API on the same database right after the first
+// (the order alternates from round to round), reported under its name with
+// @ and --compare-label: `make bench-compare REF=...` runs the API of
+// another commit there, so that a change is measured side by side with what
+// it changes, in one run.
+//
 // sql-replay, the SQL-equivalent of a replay (the unlocked lookup of a
 // finished record), is not run unless asked for with --scenarios.
 //
@@ -33,6 +44,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -79,9 +91,13 @@ const (
 	scenarioReplay    = "replay"
 )
 
+// apiScenarios are the scenarios that go through the API: the ones
+// --compare runs against the other API too.
+var apiScenarios = []string{scenarioCreate, scenarioReplay, scenarioPay, scenarioPayOnly}
+
 // scenarioOrder is the order of the scenarios within a round.
 func scenarioOrder() []string {
-	return []string{scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay}
+	return []string{scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay, scenarioPay, scenarioPayOnly}
 }
 
 // config is the parsed command line.
@@ -121,6 +137,15 @@ type config struct {
 	soak         time.Duration
 	soakFraction float64
 	verifyKeys   int
+	// pspURL and pspKey reach the simulator's admin API, which the
+	// payment scenarios set pspLatencies with.
+	pspURL, pspKey string
+	pspLatencies   []time.Duration
+	payOrders      int
+	// compare is the other API of --compare ("" for none).
+	compare      string
+	comparePID   int
+	compareLabel string
 }
 
 // parseFlags reads the command line; defaults come from getenv where the
@@ -141,7 +166,15 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.load.warmup, "warmup", time.Second, "unmeasured warm-up before each scenario")
 	fs.IntVar(&c.rounds, "rounds", 1, "how many times to run the whole interleaved sequence; results are merged")
 	fs.StringVar(&clients, "clients", "1,16", "comma-separated concurrent client counts")
-	fs.StringVar(&scenarios, "scenarios", "sql,sql-naive,http,create,replay", "comma-separated scenarios to run (sql, sql-naive, http, create, sql-replay, replay)")
+	fs.StringVar(&scenarios, "scenarios", "sql,sql-naive,http,create,replay", "comma-separated scenarios to run (sql, sql-naive, http, create, sql-replay, replay, pay, pay-only)")
+	var latencies string
+	fs.StringVar(&c.pspURL, "psp-url", getenv("PSP_URL"), "the payment simulator's URL, whose latency the pay scenarios set")
+	fs.StringVar(&c.pspKey, "psp-api-key", getenv("PSP_API_KEY"), "the payment simulator's API key")
+	fs.StringVar(&latencies, "psp-latency", "0s,150ms", "comma-separated simulator latencies the pay scenarios run at (a charge's delay at the provider)")
+	fs.IntVar(&c.payOrders, "pay-orders", 2000, "orders created before the first pay-only phase; later ones get as many as the rate measured before needs")
+	fs.StringVar(&c.compare, "compare", "", "base URL of another API on the same database: every API scenario runs against it too, right after this one")
+	fs.IntVar(&c.comparePID, "compare-pid", 0, "pid of the --compare API, for its CPU time and peak RSS")
+	fs.StringVar(&c.compareLabel, "compare-label", "before", "the name the --compare API's results are reported under (scenario@label)")
 	fs.StringVar(&c.bareCPUs, "bare-cpus", "", "CPUs to pin the http scenario's bare server to, as taskset takes them (make bench passes BENCH_SERVICE_CPUS: where the API runs)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "orders created before measuring, whose keys the replay scenario repeats")
 	fs.DurationVar(&c.wait, "wait", 0, "first wait up to this long for the API's /readyz (0: do not wait)")
@@ -171,7 +204,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	for s := range strings.SplitSeq(scenarios, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay:
+		case scenarioSQL, scenarioSQLNaive, scenarioHTTP, scenarioCreate, scenarioSQLReplay, scenarioReplay, scenarioPay, scenarioPayOnly:
 			if !slices.Contains(c.scenarios, s) {
 				c.scenarios = append(c.scenarios, s)
 			}
@@ -183,6 +216,23 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	slices.SortFunc(c.scenarios, func(a, b string) int {
 		return slices.Index(scenarioOrder(), a) - slices.Index(scenarioOrder(), b)
 	})
+	for f := range strings.SplitSeq(latencies, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return config{}, fmt.Errorf("--psp-latency: %q is not a duration of 0 or more", f)
+		}
+		if !slices.Contains(c.pspLatencies, d) {
+			c.pspLatencies = append(c.pspLatencies, d)
+		}
+	}
+	switch {
+	case c.needs(scenarioPay, scenarioPayOnly) && (c.pspURL == "" || c.pspKey == ""):
+		return config{}, errors.New("the pay scenarios need the simulator: --psp-url and --psp-api-key, or PSP_URL and PSP_API_KEY")
+	case c.payOrders < 1:
+		return config{}, errors.New("--pay-orders must be at least 1")
+	case c.compare != "" && c.compareLabel == "":
+		return config{}, errors.New("--compare-label must not be empty")
+	}
 	switch {
 	case c.load.requests < 0, c.load.requests == 0 && c.load.duration <= 0:
 		return config{}, errors.New("want a positive --duration or --requests")
@@ -358,6 +408,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ops[scenarioHTTP] = bareAPI.createOp()
 		fmt.Fprintf(stdout, "bare HTTP server: %s (pid %d), for the http scenario; its CPU is reported as the api's\n", bare.url, bare.pid)
 	}
+	var replayKeys []string
 	if cfg.needs(scenarioReplay, scenarioSQLReplay) {
 		t0 := time.Now()
 		keys, err := api.prepareReplayKeys(ctx, cfg.replayKeys, maxClients)
@@ -366,6 +417,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		fmt.Fprintf(stdout, "prepared %d replay keys in %s\n", len(keys), time.Since(t0).Round(time.Millisecond))
 		ops[scenarioReplay] = api.replayOp(keys)
+		replayKeys = keys
 		if direct != nil {
 			ops[scenarioSQLReplay] = direct.lookupOp(keys)
 		}
@@ -443,31 +495,133 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 		}
 	}
+	// The other API of --compare, and the simulator of the pay scenarios.
+	var (
+		other    *apiClient
+		otherOps = map[string]op{}
+		// extra are the results of a measurement besides the one it
+		// returns (the pay scenarios at their further latencies).
+		extra []result
+	)
+	if cfg.compare != "" {
+		if cfg.wait > 0 {
+			if err := waitReady(ctx, cfg.compare, cfg.comparePID, cfg.wait); err != nil {
+				return err
+			}
+		}
+		if other, err = newAPIClient(cfg.compare, cfg.apiKey, idle); err != nil {
+			return err
+		}
+		defer other.close()
+		otherOps[scenarioCreate] = other.createOp()
+		if replayKeys != nil {
+			otherOps[scenarioReplay] = other.replayOp(replayKeys)
+		}
+		fmt.Fprintf(stdout, "compare: %s (pid %d), reported as scenario@%s\n", cfg.compare, cfg.comparePID, cfg.compareLabel)
+	}
+	var psp *pspAdmin
+	if cfg.needs(scenarioPay, scenarioPayOnly) {
+		psp = &pspAdmin{url: cfg.pspURL, key: cfg.pspKey, hc: &http.Client{Timeout: 10 * time.Second}}
+		was, err := psp.faults(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := psp.setFaults(context.WithoutCancel(ctx), was); err != nil {
+				fmt.Fprintf(stdout, "could not restore the simulator's faults: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "simulator: %s, latencies %v for the pay scenarios\n", cfg.pspURL, cfg.pspLatencies)
+	}
+	// payRate is the rate each pay-only measurement made, by its name and
+	// client count: the next one of the same kind is given as many orders
+	// as that rate needs.
+	payRate := map[string]float64{}
+	// measureAPI measures scenario sc of the API c under name and then
+	// suffix (@label for the other API's), its CPU taken by probe.
+	measureAPI := func(c *apiClient, sc, name, suffix string, clients int, probe cpuProbe) (result, error) {
+		if sc != scenarioPay && sc != scenarioPayOnly {
+			do := ops[sc]
+			if c == other {
+				do = otherOps[sc]
+			}
+			return measure(ctx, name+suffix, clients, cfg.load, do, &errs, probe), nil
+		}
+		var rs []result
+		for _, lat := range cfg.pspLatencies {
+			if err := psp.setLatency(ctx, lat); err != nil {
+				return result{}, err
+			}
+			n := payName(name, lat) + suffix
+			do := c.payOp()
+			key := fmt.Sprintf("%s@%d", n, clients)
+			if sc == scenarioPayOnly {
+				rate := payRate[key]
+				if rate == 0 { // a pay alone is faster than a create and a pay
+					rate = 2 * payRate[fmt.Sprintf("%s@%d", payName(scenarioPay, lat)+suffix, clients)]
+				}
+				prepared, err := c.prepareOrders(ctx, payOnlyOrders(cfg.load, rate, cfg.payOrders), max(clients, 8))
+				if err != nil {
+					return result{}, err
+				}
+				do = c.payOnlyOp(prepared)
+			}
+			r := measure(ctx, n, clients, cfg.load, do, &errs, probe)
+			payRate[key] = r.throughput()
+			rs = append(rs, r)
+		}
+		// Several latencies are several results: the first is returned, the
+		// others are merged in by name by the caller through extra.
+		extra = append(extra, rs[1:]...)
+		return rs[0], nil
+	}
 	// rounds measures each of scenarios at each client count, round after
 	// round, under the name it is reported with (as[i]; the scenario's own
-	// when nil).
+	// when nil); with --compare each API scenario is measured against the
+	// other API too, first in even rounds and second in odd ones.
 	rounds := func(scenarios, as []string) error {
-		first := len(results)
 		for round := 1; round <= cfg.rounds; round++ {
-			i := first
 			for _, clients := range cfg.clients {
 				for k, sc := range scenarios {
 					name := sc
 					if as != nil {
 						name = as[k]
 					}
-					r := measure(ctx, name, clients, cfg.load, ops[sc], &errs, probeOf(sc))
-					if ctx.Err() != nil {
-						return ctx.Err()
+					type run struct {
+						c      *apiClient
+						suffix string
+						probe  cpuProbe
 					}
-					fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s%s\n", round, name, clients,
-						r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), direct.backlogNote(ctx))
-					if round == 1 {
-						results = append(results, r)
-					} else {
-						results[i].merge(r)
+					runs := []run{{api, "", probeOf(sc)}}
+					if other != nil && slices.Contains(apiScenarios, sc) {
+						b := run{other, "@" + cfg.compareLabel, cpuProbe{apiPID: cfg.comparePID, pgPID: cfg.pgPID}}
+						if round%2 == 0 {
+							runs = []run{b, runs[0]}
+						} else {
+							runs = append(runs, b)
+						}
 					}
-					i++
+					for _, ru := range runs {
+						extra = extra[:0]
+						var r result
+						var err error
+						if slices.Contains(apiScenarios, sc) {
+							r, err = measureAPI(ru.c, sc, name, ru.suffix, clients, ru.probe)
+						} else {
+							r = measure(ctx, name, clients, cfg.load, ops[sc], &errs, ru.probe)
+						}
+						if err != nil {
+							return err
+						}
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
+						for _, r := range append([]result{r}, extra...) {
+							fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s%s\n", round, r.scenario, clients,
+								r.requests, r.errors, r.throughput(), ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), direct.backlogNote(ctx))
+							results = mergeResult(results, r)
+						}
+					}
 				}
 			}
 		}
@@ -526,6 +680,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	fmt.Fprintln(stdout)
+	if other != nil {
+		if err := printComparison(stdout, results, cfg.compareLabel); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+	}
 	ts := targets(results, cfg.clients, rss)
 	switch {
 	case sweep != nil:

@@ -148,3 +148,40 @@ func markdownResults(results []result) string {
 	}
 	return b.String()
 }
+
+// mergeResult adds r to results: merged into the result of the same
+// scenario and client count (an earlier round's), or appended.
+func mergeResult(results []result, r result) []result {
+	for i := range results {
+		if results[i].scenario == r.scenario && results[i].clients == r.clients {
+			results[i].merge(r)
+			return results
+		}
+	}
+	return append(results, r)
+}
+
+// printComparison writes, for each result that has its counterpart
+// measured against the --compare API (its name with @label), this API's
+// figures as multiples of the other's: throughput, p50, p99 and the API's
+// CPU per request. Both were measured in the same rounds, one right after
+// the other, so the machine's drift hits them alike.
+func printComparison(w io.Writer, results []result, label string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "this API vs @%s\tclients\treq/s\tp50\tp99\tapi CPU/req\t\n", label)
+	for _, r := range results {
+		b, ok := findResult(results, r.scenario+"@"+label, r.clients)
+		if !ok {
+			continue
+		}
+		cpu := math.NaN()
+		if r.cpu.api >= 0 && b.cpu.api >= 0 && r.requests > 0 && b.requests > 0 {
+			cpu = ratio(float64(r.cpu.api)/float64(r.requests), float64(b.cpu.api)/float64(b.requests))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2fx\t%.2fx\t%.2fx\t%.2fx\t\n", r.scenario, r.clients,
+			ratio(r.throughput(), b.throughput()),
+			ratio(float64(percentile(r.latencies, 50)), float64(percentile(b.latencies, 50))),
+			ratio(float64(percentile(r.latencies, 99)), float64(percentile(b.latencies, 99))), cpu)
+	}
+	return tw.Flush()
+}
