@@ -120,15 +120,3 @@ SELECT o.tenant_id, o.id,
        unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[])
 FROM orders o
 WHERE o.tenant_id = @tenant_id::uuid AND o.id = @order_id::uuid;
-
--- The payment phases' statements on orders, as batch members.
-
--- name: OrderGetForUpdateQueued :batchone
--- OrderGetForUpdateQueued is OrderGetForUpdate, queued.
-SELECT * FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE;
-
--- name: OrderAdvanceStatusQueued :batchexec
--- OrderAdvanceStatusQueued is OrderAdvanceStatus, queued. An order that
--- does not move is not an error, as for its twin.
-UPDATE orders SET status = @status, updated_at = @now
-WHERE tenant_id = @tenant_id AND id = @id AND status = ANY(@from_statuses::text[]);

@@ -170,13 +170,6 @@ func claimLock[T any](ctx context.Context, r *Runner, a *Attempt[T], claimed **i
 	}
 }
 
-// reacquireLock is a later step's lock: the claim's record, reacquired.
-func reacquireLock[T any](ctx context.Context, a *Attempt[T]) batchLock {
-	return func(p *postgres.Pipeline) (func() (*idempotency.Response, error), error) {
-		return a.Claim.QueueReacquire(ctx, p).Result, nil
-	}
-}
-
 // runBatched runs req's transaction as l.batched describes. done is false
 // when nothing was done and the Mutation must run instead.
 func (l *Local[T]) runBatched(ctx context.Context, conn *pgxpool.Conn, req idempotency.Request, in T) (resp idempotency.Response, done bool, err error) {

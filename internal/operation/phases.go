@@ -26,14 +26,9 @@ import (
 // same every time, rule 7). It returns an error when the outcome is unknown
 // (a timeout, a 5xx): the attempt stays at this point for a retry or the
 // Recoverer, and the error is the answer (503).
-//
-// Batches, when set, is Tx written as two pipelined batches (see Batched):
-// the path of a fresh key's first step, and of a later step whose record is
-// still this attempt's. Tx remains the path of every other case.
 type Step[T any] struct {
-	Call    func(ctx context.Context, a *Attempt[T]) error
-	Tx      func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcome, error)
-	Batches Batched[T]
+	Call func(ctx context.Context, a *Attempt[T]) error
+	Tx   func(ctx context.Context, tx pgx.Tx, a *Attempt[T]) (Outcome, error)
 }
 
 // Steps is an operation's step table: the branches of its loop, by recovery
@@ -53,10 +48,6 @@ type Steps[T any] map[idempotency.RecoveryPoint]Step[T]
 //	         step.Tx -> next point (recorded) | final response (stored)
 //	  COMMIT
 //	until final
-//
-// A step with Batches runs its BEGIN ... COMMIT as two pipelined batches
-// instead (Batched), falling back to its Tx for the cases Batched names;
-// the loop is the same.
 //
 // A crash between two steps leaves the record pending at the last point that
 // committed, with its lease; the client's retry after the lease (Run) and the
@@ -137,8 +128,8 @@ func (p *Phases[T]) RunWith(ctx context.Context, req idempotency.Request, input 
 }
 
 // start runs the request's first transaction, on one connection: the
-// replay lookup, then the claim with the first step (in batches when the
-// step has them). committing reports an error that is the commit's.
+// replay lookup, then the claim with the first step. committing reports an
+// error that is the commit's.
 func (p *Phases[T]) start(ctx context.Context, a *Attempt[T], input Input[T]) (out Outcome, committing bool, err error) {
 	conn, err := p.r.pool.Acquire(ctx)
 	if err != nil {
@@ -155,16 +146,6 @@ func (p *Phases[T]) start(ctx context.Context, a *Attempt[T], input Input[T]) (o
 	}
 	a.Data = in
 	first := p.steps[idempotency.PointStarted]
-	if first.Batches != nil {
-		var claim *idempotency.QueuedClaim
-		res, err := inBatches(ctx, p.r, conn, p.op, idempotency.PointStarted, a, claimLock(ctx, p.r, a, &claim), first.Batches)
-		if !res.sequential {
-			if a.Claim != nil {
-				claim.Executed(ctx)
-			}
-			return res.out, res.wrote, err
-		}
-	}
 	var ran bool // the transaction's work succeeded: an error now is its commit's
 	err = postgres.InTx(ctx, conn, func(tx pgx.Tx) error {
 		err := func() error {
@@ -283,19 +264,6 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 				return idempotency.Response{}, err
 			}
 		}
-		if step.Batches != nil {
-			next, done, err := p.inBatches(ctx, a, point, step.Batches)
-			if err != nil {
-				return stop(err)
-			}
-			if done {
-				out = next
-				if out.final != nil && !out.final.Replayed {
-					p.r.afterCommit(a.req.TenantID)
-				}
-				continue
-			}
-		}
 		err := postgres.InTx(ctx, p.r.pool, func(tx pgx.Tx) error {
 			stored, err := a.Claim.Reacquire(ctx, tx)
 			if err != nil {
@@ -318,16 +286,4 @@ func (p *Phases[T]) drive(ctx context.Context, a *Attempt[T], out Outcome) (resp
 		}
 	}
 	return *out.final, nil
-}
-
-// inBatches runs a later step's transaction in batches (Step.Batches), on a
-// connection of its own. done is false when the step's Tx must decide.
-func (p *Phases[T]) inBatches(ctx context.Context, a *Attempt[T], point idempotency.RecoveryPoint, batched Batched[T]) (out Outcome, done bool, err error) {
-	conn, err := p.r.pool.Acquire(ctx)
-	if err != nil {
-		return Outcome{}, true, fmt.Errorf("acquire a connection: %w", err)
-	}
-	defer conn.Release()
-	res, err := inBatches(ctx, p.r, conn, p.op, point, a, reacquireLock(ctx, a), batched)
-	return res.out, !res.sequential, err
 }

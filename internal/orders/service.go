@@ -15,7 +15,6 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders/internal/dbsqlc"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -249,43 +248,6 @@ func (s *Service) advanceParams(tenantID, id uuid.UUID, to Status) (dbsqlc.Order
 		names[i] = string(st)
 	}
 	return dbsqlc.OrderAdvanceStatusParams{Status: string(to), Now: s.nowUTC(), TenantID: tenantID, ID: id, FromStatuses: names}, nil
-}
-
-// QueueLockForPayment queues LockForPayment into p, a payment phase's first
-// batch; the function it returns reads the order once p was sent.
-func (s *Service) QueueLockForPayment(ctx context.Context, p *postgres.Pipeline, tenantID, id uuid.UUID) func() (Order, error) {
-	results := dbsqlc.New(p).OrderGetForUpdateQueued(ctx, []dbsqlc.OrderGetForUpdateQueuedParams{{TenantID: tenantID, ID: id}})
-	return func() (Order, error) {
-		var (
-			row dbsqlc.Order
-			err error
-		)
-		results.QueryRow(func(_ int, r dbsqlc.Order, e error) { row, err = r, e })
-		if err != nil {
-			return Order{}, notFound(err, "lock order")
-		}
-		return orderFromRows(row, nil), nil
-	}
-}
-
-// QueueAdvance queues Advance into p, a payment phase's second batch; the
-// function it returns reads its outcome once p was sent. Whether the order
-// moved is not reported: the phases act the same either way (an order
-// already past to stays as it is).
-func (s *Service) QueueAdvance(ctx context.Context, p *postgres.Pipeline, tenantID, id uuid.UUID, to Status) (func() error, error) {
-	params, err := s.advanceParams(tenantID, id, to)
-	if err != nil {
-		return nil, err
-	}
-	results := dbsqlc.New(p).OrderAdvanceStatusQueued(ctx, []dbsqlc.OrderAdvanceStatusQueuedParams{dbsqlc.OrderAdvanceStatusQueuedParams(params)})
-	return func() error {
-		var err error
-		results.Exec(func(_ int, e error) { err = e })
-		if err != nil {
-			return fmt.Errorf("advance order %s to %s: %w", id, to, err)
-		}
-		return nil
-	}, nil
 }
 
 // Cursor is a position in the newest-first list of orders.

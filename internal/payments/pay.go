@@ -37,8 +37,8 @@ type payAttempt struct {
 // paySteps is payments.create as a step table.
 func (s *Service) paySteps() operation.Steps[payAttempt] {
 	return operation.Steps[payAttempt]{
-		idempotency.PointStarted: {Tx: s.recordPayment, Batches: s.recordPaymentBatched},
-		PointPaymentCreated:      {Call: s.chargeAtProvider, Tx: s.recordCharge, Batches: s.recordChargeBatched},
+		idempotency.PointStarted: {Tx: s.recordPayment},
+		PointPaymentCreated:      {Call: s.chargeAtProvider, Tx: s.recordCharge},
 	}
 }
 

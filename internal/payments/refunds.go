@@ -43,8 +43,8 @@ type refundAttempt struct {
 // refundSteps is refunds.create as a step table.
 func (s *Service) refundSteps() operation.Steps[refundAttempt] {
 	return operation.Steps[refundAttempt]{
-		idempotency.PointStarted: {Tx: s.reserveRefund, Batches: s.reserveRefundBatched},
-		PointRefundCreated:       {Call: s.refundAtProvider, Tx: s.recordRefund, Batches: s.recordRefundBatched},
+		idempotency.PointStarted: {Tx: s.reserveRefund},
+		PointRefundCreated:       {Call: s.refundAtProvider, Tx: s.recordRefund},
 	}
 }
 

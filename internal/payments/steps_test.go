@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,7 +415,9 @@ func TestRefundResumesFromEachRecoveryPoint(t *testing.T) {
 }
 
 // Each step's outcomes: what payments.create answers and records for every
-// kind of provider answer and every refusal of its first step.
+// kind of provider answer and every refusal of its first step, to the
+// letter: the stored refusal's detail, and the stored payment's amount,
+// currency, method and order.
 func TestPayStepOutcomes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -423,6 +426,9 @@ func TestPayStepOutcomes(t *testing.T) {
 		prepare func(t *testing.T, b *bundle, orderID uuid.UUID)
 		status  int
 		code    problem.Code
+		// detail is the answer's detail, given the order's id and the id
+		// of the payment under the key ("" for a 201).
+		detail func(orderID, paymentID uuid.UUID) string
 		// stored: the answer is the record's final outcome (else the key is
 		// free or pending for a retry).
 		stored  bool
@@ -431,9 +437,18 @@ func TestPayStepOutcomes(t *testing.T) {
 		event   string
 	}{
 		{name: "charged", method: pspsim.PaymentMethodOK, status: 201, stored: true, payment: payments.StatusSucceeded, order: orders.StatusPaid, event: payments.EventPaymentSucceeded},
-		{name: "declined", method: pspsim.PaymentMethodDeclined, status: 402, code: problem.CardDeclined, stored: true, payment: payments.StatusFailed, order: orders.StatusAwaitingPayment, event: payments.EventPaymentFailed},
-		{name: "refused by the provider", method: "pm_unknown", status: 422, code: problem.PaymentRejected, stored: true, payment: payments.StatusFailed, order: orders.StatusAwaitingPayment, event: payments.EventPaymentFailed},
+		{name: "declined", method: pspsim.PaymentMethodDeclined, status: 402, code: problem.CardDeclined, stored: true, payment: payments.StatusFailed, order: orders.StatusAwaitingPayment, event: payments.EventPaymentFailed,
+			detail: func(_, p uuid.UUID) string {
+				return fmt.Sprintf("The card was declined (card_declined). Payment %s failed; a new attempt needs a new Idempotency-Key.", p)
+			}},
+		{name: "refused by the provider", method: "pm_unknown", status: 422, code: problem.PaymentRejected, stored: true, payment: payments.StatusFailed, order: orders.StatusAwaitingPayment, event: payments.EventPaymentFailed,
+			detail: func(_, p uuid.UUID) string {
+				return fmt.Sprintf("The payment provider refused payment %s (invalid_payment_method); check the payment method. A new attempt needs a new Idempotency-Key.", p)
+			}},
 		{name: "order already paid", method: pspsim.PaymentMethodOK, status: 409, code: problem.OrderAlreadyPaid, stored: true, payment: payments.StatusSucceeded, order: orders.StatusPaid,
+			detail: func(o, _ uuid.UUID) string {
+				return fmt.Sprintf("Order %s is already paid or has a payment in progress.", o)
+			},
 			prepare: func(t *testing.T, b *bundle, orderID uuid.UUID) {
 				if resp, err := b.pay(orderID, "pay-first", pspsim.PaymentMethodOK); err != nil || resp.Status != 201 {
 					t.Fatalf("first payment: %+v, %v", resp, err)
@@ -467,6 +482,29 @@ func TestPayStepOutcomes(t *testing.T) {
 			}
 			if status != tc.status || code != tc.code {
 				t.Fatalf("pay = %d %s (%v), want %d %s", status, code, err, tc.status, tc.code)
+			}
+			var paymentID uuid.UUID
+			_ = b.pool.QueryRow(context.Background(), `SELECT id FROM payments WHERE idempotency_key = 'pay-1'`).Scan(&paymentID)
+			if tc.detail != nil {
+				var p struct {
+					Detail string `json:"detail"`
+				}
+				if err := json.Unmarshal(resp.Body, &p); err != nil || p.Detail != tc.detail(orderID, paymentID) {
+					t.Errorf("answer's detail %q (%v), want %q", p.Detail, err, tc.detail(orderID, paymentID))
+				}
+			}
+			if tc.status == 201 {
+				var p struct {
+					ID            string `json:"id"`
+					OrderID       string `json:"order_id"`
+					Currency      string `json:"currency"`
+					PaymentMethod string `json:"payment_method"`
+					Amount        int64  `json:"amount"`
+				}
+				if err := json.Unmarshal(resp.Body, &p); err != nil || p.ID != paymentID.String() || p.OrderID != orderID.String() ||
+					p.Amount != 1800 || p.Currency != "EUR" || p.PaymentMethod != tc.method {
+					t.Errorf("answer %s (%v), want payment %s of order %s: 1800 EUR by %s", resp.Body, err, paymentID, orderID, tc.method)
+				}
 			}
 			if state, _ := b.record(t, payments.OpPay, "pay-1"); (state != "pending" && state != "") != tc.stored {
 				t.Fatalf("record state %q; want the answer stored: %v", state, tc.stored)
@@ -515,16 +553,31 @@ func TestRefundStepOutcomes(t *testing.T) {
 		key    string
 		amount int64
 		status int
-		code   problem.Code
+		// detail is the refusal's detail, given the payment's id.
+		detail string
 	}{
-		{"too-much", 1801, 422, problem.RefundExceedsPayment},
+		{"too-much", 1801, 422, "A refund of 1801 would exceed what remains of payment %s (0 of 1800 already refunded or in progress)."},
 		{"part", 800, 201, ""},
-		{"rest-too-much", 1001, 422, problem.RefundExceedsPayment},
+		{"rest-too-much", 1001, 422, "A refund of 1001 would exceed what remains of payment %s (800 of 1800 already refunded or in progress)."},
 		{"rest", 1000, 201, ""},
 	} {
 		resp, err := b.refund(paymentID, tc.key, tc.amount)
-		if err != nil || resp.Status != tc.status || (tc.code != "" && !json.Valid(resp.Body)) {
+		if err != nil || resp.Status != tc.status {
 			t.Fatalf("refund %s = %+v, %v; want %d", tc.key, resp, err, tc.status)
+		}
+		var answer struct {
+			Detail    string `json:"detail"`
+			PaymentID string `json:"payment_id"`
+			Amount    int64  `json:"amount"`
+		}
+		if err := json.Unmarshal(resp.Body, &answer); err != nil {
+			t.Fatalf("refund %s: answer %s: %v", tc.key, resp.Body, err)
+		}
+		if tc.detail != "" && answer.Detail != fmt.Sprintf(tc.detail, paymentID) {
+			t.Errorf("refund %s: detail %q, want %q", tc.key, answer.Detail, fmt.Sprintf(tc.detail, paymentID))
+		}
+		if tc.status == 201 && (answer.PaymentID != paymentID.String() || answer.Amount != tc.amount) {
+			t.Errorf("refund %s: answer %s, want a refund of %d of payment %s", tc.key, resp.Body, tc.amount, paymentID)
 		}
 		if state, _ := b.record(t, payments.OpRefund, tc.key); state == "pending" || state == "" {
 			t.Fatalf("refund %s: record %q, want its answer stored", tc.key, state)
@@ -546,8 +599,9 @@ func TestRefundStepOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, err := b.refund(declinedID, "refund-declined", 100)
-	if err != nil || resp.Status != 409 {
-		t.Fatalf("refund of a failed payment = %+v, %v; want 409 payment_not_refundable", resp, err)
+	want := fmt.Sprintf(`"detail":"Payment %s is failed; only succeeded payments can be refunded."`, declinedID)
+	if err != nil || resp.Status != 409 || !strings.Contains(string(resp.Body), want) {
+		t.Fatalf("refund of a failed payment = %d %s, %v; want 409 payment_not_refundable with %s", resp.Status, resp.Body, err, want)
 	}
 	if _, err := b.refund(uuid.New(), "refund-unknown", 100); problem.CodeOf(err) != problem.NotFound {
 		t.Fatalf("refund of an unknown payment = %v, want not_found", err)
