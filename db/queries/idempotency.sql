@@ -1,4 +1,9 @@
--- name: IdempotencyInsert :one
+-- The statements a step's transaction runs on its record are batch queries
+-- (:batch...): sent at once on a transaction, or queued into a pipelined
+-- step's batch (operation.Batch) with the step's own statements. Each is
+-- written once for both.
+
+-- name: IdempotencyInsert :batchone
 -- IdempotencyInsert claims a key. It returns no row (pgx.ErrNoRows) when
 -- the key is taken; a concurrent uncommitted claim makes it wait for that
 -- transaction first (bounded by lock_timeout).
@@ -11,7 +16,9 @@ INSERT INTO api_idempotency (
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING *;
 
--- name: IdempotencyGetForUpdate :one
+-- name: IdempotencyGetForUpdate :batchone
+-- IdempotencyGetForUpdate locks a record: a taken key's claim, and every
+-- later step's transaction (Claim.Reacquire), before it acts on it.
 SELECT * FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 FOR UPDATE;
@@ -22,28 +29,30 @@ FOR UPDATE;
 SELECT * FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
 
--- name: IdempotencyFinish :execrows
+-- name: IdempotencyFinish :batchone
 -- IdempotencyFinish stores the final outcome of a pending record. A record
 -- that is already final is never overwritten, and a held one is not
--- finished behind the operator's back: both report no row.
+-- finished behind the operator's back: both return no row.
 UPDATE api_idempotency
 SET state = @state, recovery_point = 'finished', locked_until = NULL,
     status_code = @status_code, response_headers = @response_headers, response_body = @response_body,
     resource_type = @resource_type, resource_id = @resource_id,
     updated_at = @now, expires_at = @expires_at
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending' AND held_at IS NULL;
+  AND state = 'pending' AND held_at IS NULL
+RETURNING state;
 
--- name: IdempotencyCheckpoint :exec
+-- name: IdempotencyCheckpoint :batchone
 -- IdempotencyCheckpoint records a recovery point (and the resource it made)
 -- and sets the lease of a pending record; a finished or held record is left
--- alone.
+-- alone, and no row is returned.
 UPDATE api_idempotency
 SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
     resource_type = coalesce(sqlc.narg(resource_type), resource_type),
     resource_id = coalesce(sqlc.narg(resource_id), resource_id)
 WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending' AND held_at IS NULL;
+  AND state = 'pending' AND held_at IS NULL
+RETURNING recovery_point;
 
 -- name: IdempotencyExpiredTenants :many
 -- IdempotencyExpiredTenants lists up to max_rows tenants with pending
@@ -137,46 +146,3 @@ WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @i
 -- operation).
 SELECT trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3;
-
--- The create path's statements as batch members: the same SQL as the
--- statements above, queued into the request's pipeline
--- (postgres.Pipeline) instead of each being a round trip of its own.
-
--- name: IdempotencyInsertQueued :batchone
--- IdempotencyInsertQueued is IdempotencyInsert, queued.
-INSERT INTO api_idempotency (
-    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at, trace_context
-) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
-)
-ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING *;
-
--- name: IdempotencyFinishQueued :batchexec
--- IdempotencyFinishQueued is IdempotencyFinish, queued, for a record this
--- transaction claimed: its row is locked and pending, so the update hits it.
-UPDATE api_idempotency
-SET state = @state, recovery_point = 'finished', locked_until = NULL,
-    status_code = @status_code, response_headers = @response_headers, response_body = @response_body,
-    resource_type = @resource_type, resource_id = @resource_id,
-    updated_at = @now, expires_at = @expires_at
-WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending' AND held_at IS NULL;
-
--- name: IdempotencyGetForUpdateQueued :batchone
--- IdempotencyGetForUpdateQueued is IdempotencyGetForUpdate, queued: a later
--- phase's Reacquire in its first batch.
-SELECT * FROM api_idempotency
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-FOR UPDATE;
-
--- name: IdempotencyCheckpointQueued :batchexec
--- IdempotencyCheckpointQueued is IdempotencyCheckpoint, queued, for a record
--- this transaction locked and found pending (its claim, or its Reacquire).
-UPDATE api_idempotency
-SET recovery_point = @recovery_point, locked_until = @locked_until, updated_at = @now,
-    resource_type = coalesce(sqlc.narg(resource_type), resource_type),
-    resource_id = coalesce(sqlc.narg(resource_id), resource_id)
-WHERE tenant_id = @tenant_id AND operation = @operation AND idempotency_key = @idempotency_key
-  AND state = 'pending' AND held_at IS NULL;

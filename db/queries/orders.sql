@@ -9,40 +9,8 @@ INSERT INTO products (tenant_id, sku, name, unit_amount, currency, stock)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant_id, sku) DO NOTHING;
 
--- name: ProductGetMany :many
--- ProductGetMany returns the tenant's products with the given SKUs.
-SELECT * FROM products WHERE tenant_id = $1 AND sku = ANY(@skus::text[]);
-
--- name: OrderInsert :one
--- OrderInsert inserts an order unless the tenant already has one for
--- this idempotency key; then it returns no row (pgx.ErrNoRows).
-INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-RETURNING *;
-
--- name: OrderItemsInsert :execrows
--- OrderItemsInsert inserts all lines of an order in one statement, after
--- the order in the same transaction. The lines are selected with the order
--- row (tenant_id, id) rather than from the parameters alone: on Citus that
--- makes it an INSERT ... SELECT within the tenant's shard, pushed down to
--- it as one task. Lines from parameters alone Citus evaluates on the
--- coordinator and COPYs into the shard, and a COPY turns every order
--- creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
--- connection leaves the order invisible, and its key locked, until Citus
--- recovers it (docs/RELIABILITY.md, the cluster run's finding).
-INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT o.tenant_id, o.id,
-       unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),
-       unnest(@quantities::int[]), unnest(@unit_amounts::bigint[]), unnest(@amounts::bigint[])
-FROM orders o
-WHERE o.tenant_id = @tenant_id::uuid AND o.id = @order_id::uuid;
-
 -- name: OrderGet :one
 SELECT * FROM orders WHERE tenant_id = $1 AND id = $2;
-
--- name: OrderGetByIdempotencyKey :one
-SELECT * FROM orders WHERE tenant_id = $1 AND idempotency_key = $2;
 
 -- name: OrderItemsGet :many
 SELECT * FROM order_items WHERE tenant_id = $1 AND order_id = $2 ORDER BY line;
@@ -93,27 +61,47 @@ SET stock = p.stock - i.quantity
 FROM order_items i
 WHERE i.tenant_id = @tenant_id AND i.order_id = @order_id AND p.tenant_id = @tenant_id AND p.sku = i.sku AND p.stock >= i.quantity;
 
--- The create path's statements as batch members (postgres.Pipeline).
+-- The create's statements (orders.Service.createOrder): batch queries,
+-- queued into the step's pipeline (operation.Batch). The reads go in the
+-- first send, with the key's claim; the writes in the second, with the
+-- stored answer and COMMIT.
 
--- name: ProductGetManyQueued :batchmany
--- ProductGetManyQueued is ProductGetMany, queued.
+-- name: ProductGetMany :batchmany
+-- ProductGetMany returns the tenant's products with the given SKUs.
 SELECT * FROM products WHERE tenant_id = $1 AND sku = ANY(@skus::text[]);
 
--- name: OrderInsertQueued :batchexec
--- OrderInsertQueued inserts an order, queued with its lines, its event,
--- the stored response and COMMIT. Unlike OrderInsert it has no ON CONFLICT:
--- a tenant's order for this key already there (a late retry) is a
--- unique_violation, which aborts the rest of the batch, COMMIT included.
--- The statements after it never run for an order that was not inserted.
--- The row is the one the service built (orders.newOrder), so nothing is
--- returned.
+-- name: OrderGetByIdempotencyKey :batchone
+-- OrderGetByIdempotencyKey finds the order a key created: there is one
+-- when the key's idempotency record expired and a late retry came.
+SELECT * FROM orders WHERE tenant_id = $1 AND idempotency_key = $2;
+
+-- name: OrderItemsGetByIdempotencyKey :batchmany
+-- OrderItemsGetByIdempotencyKey returns the lines of the order a key
+-- created (none for a new key), for a late retry's answer.
+SELECT i.* FROM order_items i
+JOIN orders o ON o.tenant_id = i.tenant_id AND o.id = i.order_id
+WHERE o.tenant_id = @tenant_id AND i.tenant_id = @tenant_id AND o.idempotency_key = @idempotency_key
+ORDER BY i.line;
+
+-- name: OrderInsert :batchexec
+-- OrderInsert inserts an order, queued with its lines, its event, the
+-- stored answer and COMMIT. It has no ON CONFLICT: the key's order was
+-- looked for in the first send, under the claim's lock, and a conflict
+-- now would abort the rest of the batch, COMMIT included. The row is the
+-- one the service built, so nothing is returned.
 INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7);
 
--- name: OrderItemsInsertQueued :batchexec
--- OrderItemsInsertQueued is OrderItemsInsert, queued after
--- OrderInsertQueued: the lines are selected with the order row inserted
--- just before, in the same transaction.
+-- name: OrderItemsInsert :batchexec
+-- OrderItemsInsert inserts all lines of an order in one statement, after
+-- the order in the same transaction. The lines are selected with the order
+-- row (tenant_id, id) rather than from the parameters alone: on Citus that
+-- makes it an INSERT ... SELECT within the tenant's shard, pushed down to
+-- it as one task. Lines from parameters alone Citus evaluates on the
+-- coordinator and COPYs into the shard, and a COPY turns every order
+-- creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
+-- connection leaves the order invisible, and its key locked, until Citus
+-- recovers it (docs/RELIABILITY.md, the cluster run's finding).
 INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
 SELECT o.tenant_id, o.id,
        unnest(@lines::int[]), unnest(@skus::text[]), unnest(@names::text[]),

@@ -1,10 +1,7 @@
--- name: OutboxInsert :exec
-INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
-
--- name: OutboxInsertQueued :batchexec
--- OutboxInsertQueued is OutboxInsert, queued into the request's pipeline
--- (postgres.Pipeline).
+-- name: OutboxInsert :batchexec
+-- OutboxInsert appends an event: a batch query, run at once on a
+-- transaction (outbox.Append) or queued into a pipelined step's batch with
+-- the step's other statements (outbox.Queue).
 INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 

@@ -11,7 +11,7 @@ import (
 // Fingerprint identifies the content of a request: a SHA-256 over the
 // operation, the path parameters and the RFC 8785 canonical form of the JSON
 // body. Key order and insignificant whitespace do not change it; any change of
-// meaning does. The same key with another fingerprint is refused (rule 4).
+// meaning does. The same key with another fingerprint is refused.
 type Fingerprint [sha256.Size]byte
 
 // String returns the fingerprint in hex, for logs.

@@ -87,10 +87,12 @@ func TestHoldBackoffAndUnhold(t *testing.T) {
 		t.Fatalf("ClaimExpired of a held record = %d claims, want none", len(got))
 	}
 	if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := client.Finish(ctx, tx, created(`{}`), nil)
-		return err
-	}); !errors.Is(err, idempotency.ErrNotPending) {
-		t.Fatalf("Finish of a held record: %v, want ErrNotPending", err)
+		if _, err := client.Reacquire(ctx, tx); problem.CodeOf(err) != problem.AwaitingOperator {
+			t.Errorf("Reacquire of a held record: %v, want awaiting_operator", err)
+		}
+		return finish(ctx, tx, client, created(`{}`))
+	}); !errors.Is(err, idempotency.ErrNotLocked) {
+		t.Fatalf("Finish of a held record: %v, want ErrNotLocked", err)
 	}
 	rec, err = b.store.Inspect(ctx, b.pool, b.tenantA, opPayments, "held")
 	if err != nil || rec.State != idempotency.StatePending || rec.HeldAt == nil || !rec.HeldAt.Equal(heldAt) || rec.LockedUntil != nil {

@@ -15,7 +15,7 @@ const HeaderKey = "Idempotency-Key"
 const MaxKeyLength = 255
 
 // Key is a validated idempotency key: 1 to 255 visible ASCII characters. It
-// names one business intent of the client (rule 1), never one attempt.
+// names one business intent of the client, never one attempt.
 type Key string
 
 // ParseKey reads the Idempotency-Key header of h. The key is either a bare

@@ -75,8 +75,7 @@ func (b *storeBundle) execute(t *testing.T, r idempotency.Request, resp idempote
 		if err != nil || claim.Kind == idempotency.ClaimReplay {
 			return err
 		}
-		_, err = claim.Finish(context.Background(), tx, resp, nil)
-		return err
+		return finish(context.Background(), tx, claim, resp)
 	})
 	return claim, err
 }
@@ -206,7 +205,7 @@ func TestPendingClaimLeaseAndTakeOver(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return c.Checkpoint(ctx, tx, chargeRequested, nil)
+		return checkpoint(ctx, tx, c, chargeRequested)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +289,7 @@ func TestConcurrentBeginExecutesOnce(t *testing.T) {
 				if _, err := tx.Exec(context.Background(), `SELECT pg_sleep(0.05)`); err != nil {
 					return err
 				}
-				_, err = c.Finish(context.Background(), tx, created(`{}`), nil)
-				return err
+				return finish(context.Background(), tx, c, created(`{}`))
 			})
 			switch {
 			case err == nil:
@@ -330,7 +328,7 @@ func (b *storeBundle) claim(t *testing.T, r idempotency.Request, rollback bool) 
 		if c, err = b.store.Begin(ctx, tx, r); err != nil {
 			return err
 		}
-		if err := c.Checkpoint(ctx, tx, chargeRequested, nil); err != nil {
+		if err := checkpoint(ctx, tx, c, chargeRequested); err != nil {
 			return err
 		}
 		if rollback {
@@ -448,15 +446,25 @@ func TestInProgressRetryAfterFollowsTheLease(t *testing.T) {
 	}
 }
 
-// A final record is never overwritten: Finish of a claim whose record was
-// finished meanwhile (by a retry or the recoverer that took it over) fails
-// with ErrNotPending, and the stored outcome stays the first one.
+// A final record is never overwritten. A claim whose record was finished
+// meanwhile (by a retry or the recoverer that took it over) finds the
+// stored outcome when it locks the record again; an update it queues
+// without that lock is refused (ErrNotLocked), and one that slips past it
+// (a lock of an earlier transaction never used up) finds no pending record
+// (ErrNotPending). The stored outcome stays the first one.
 func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	ctx := context.Background()
 	r := b.request(t, b.tenantA, opPayments, "twice", `{}`)
-	stale := b.claim(t, r, false)
+	var stale *idempotency.Claim
+	if err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		stale, err = b.store.Begin(ctx, tx, r) // its lock is left unused
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	b.clock.Advance(lease + time.Second)
 	var owner *idempotency.Claim
 	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
@@ -464,18 +472,24 @@ func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 		if owner, err = b.store.Begin(ctx, tx, r); err != nil {
 			return err
 		}
-		_, err = owner.Finish(ctx, tx, created(`{"by":"owner"}`), nil)
-		return err
+		return finish(ctx, tx, owner, created(`{"by":"owner"}`))
 	})
 	if err != nil || owner.Kind != idempotency.ClaimResumed {
 		t.Fatalf("take-over and finish: %+v, %v", owner, err)
 	}
-	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := stale.Finish(ctx, tx, created(`{"by":"stale"}`), nil)
-		return err
-	})
+	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error { return finish(ctx, tx, stale, created(`{"by":"stale"}`)) })
 	if !errors.Is(err, idempotency.ErrNotPending) {
-		t.Fatalf("Finish of a finished record = %v, want ErrNotPending", err)
+		t.Fatalf("Finish of a finished record with a stale lock = %v, want ErrNotPending", err)
+	}
+	err = postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		stored, err := stale.Reacquire(ctx, tx)
+		if err != nil || stored == nil || string(stored.Body) != `{"by":"owner"}` {
+			t.Errorf("Reacquire of a finished record = %+v, %v; want the owner's outcome", stored, err)
+		}
+		return finish(ctx, tx, stale, created(`{"by":"stale"}`))
+	})
+	if !errors.Is(err, idempotency.ErrNotLocked) {
+		t.Fatalf("Finish of a finished record after Reacquire = %v, want ErrNotLocked", err)
 	}
 	resp, err := b.store.Peek(ctx, b.pool, r)
 	if err != nil || resp == nil || string(resp.Body) != `{"by":"owner"}` {
@@ -483,56 +497,60 @@ func TestFinishOnlyFinishesAPendingRecord(t *testing.T) {
 	}
 }
 
-// An update queued blind (QueueFinish, QueueCheckpoint: nobody reads its
-// result before COMMIT) is only for a record a pipeline's first batch
-// locked and found pending (QueuedClaim.Claim, QueuedReacquire.Result): a
-// claim Begin made statement by statement has no such lock, and once a
-// queued update took the lock's one use, another is refused too.
-func TestBlindUpdatesNeedTheFirstBatchsLock(t *testing.T) {
+// A record's update (Checkpoint, Finish) needs the transaction's own lock
+// of it, pending: the claim's, or Reacquire's. One update uses the lock up,
+// and another is refused until Reacquire locks the record again; the
+// update may be queued blind into a pipeline after the lock was read.
+func TestUpdatesNeedTheTransactionsLock(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t)
 	ctx := context.Background()
-	r := b.request(t, b.tenantA, opPayments, "blind", `{}`)
+	r := b.request(t, b.tenantA, opPayments, "locked", `{}`)
 	err := postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		claim, err := b.store.Begin(ctx, tx, r)
 		if err != nil {
 			return err
 		}
+		if err := checkpoint(ctx, tx, claim, chargeRequested); err != nil {
+			t.Errorf("Checkpoint after the claim: %v", err)
+		}
+		if _, _, err := claim.Finish(ctx, tx, created(`{}`), nil); !errors.Is(err, idempotency.ErrNotLocked) {
+			t.Errorf("a second update of the claim's lock: %v, want ErrNotLocked", err)
+		}
+		if stored, err := claim.Reacquire(ctx, tx); err != nil || stored != nil {
+			t.Errorf("Reacquire = %+v, %v", stored, err)
+		}
+		// Queued blind after the lock, read after the pipeline was sent.
 		p := postgres.NewPipeline(tx)
-		if _, _, err := claim.QueueFinish(ctx, p, created(`{}`), nil); err == nil {
-			t.Error("QueueFinish of a claim no first batch locked was queued")
+		_, done, err := claim.Finish(ctx, p, created(`{"queued":true}`), nil)
+		if err != nil {
+			return err
 		}
-		if _, err := claim.QueueCheckpoint(ctx, p, chargeRequested, nil); err == nil {
-			t.Error("QueueCheckpoint of a claim no first batch locked was queued")
-		}
-		return nil
+		p.Send(ctx)
+		return errors.Join(done(), p.Close())
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A claim a first batch made may be updated once.
-	conn, err := b.pool.Acquire(ctx)
+	if resp, err := b.store.Peek(ctx, b.pool, r); err != nil || resp == nil || string(resp.Body) != `{"queued":true}` {
+		t.Fatalf("stored outcome = %+v, %v; want the queued finish's", resp, err)
+	}
+}
+
+// finish stores resp as c's final outcome in tx, at once.
+func finish(ctx context.Context, tx pgx.Tx, c *idempotency.Claim, resp idempotency.Response) error {
+	_, done, err := c.Finish(ctx, tx, resp, nil)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	defer conn.Release()
-	defer postgres.RollbackOpen(ctx, conn)
-	first := postgres.NewPipeline(conn)
-	first.Queue("BEGIN")
-	queued, err := b.store.QueueClaim(ctx, first, b.request(t, b.tenantA, opPayments, "batched", `{}`))
+	return done()
+}
+
+// checkpoint records point on c's record in tx, at once.
+func checkpoint(ctx context.Context, tx pgx.Tx, c *idempotency.Claim, point idempotency.RecoveryPoint) error {
+	done, err := c.Checkpoint(ctx, tx, point, nil)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	first.Send(ctx)
-	claim, err := queued.Claim(ctx)
-	if cerr := first.Close(); err != nil || cerr != nil {
-		t.Fatalf("queued claim: %v, %v", err, cerr)
-	}
-	second := postgres.NewPipeline(conn)
-	if _, err := claim.QueueCheckpoint(ctx, second, chargeRequested, nil); err != nil {
-		t.Fatalf("QueueCheckpoint after the first batch's lock: %v", err)
-	}
-	if _, _, err := claim.QueueFinish(ctx, second, created(`{}`), nil); err == nil {
-		t.Error("a second blind update of the same lock was queued")
-	}
+	return done()
 }

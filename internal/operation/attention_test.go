@@ -43,10 +43,11 @@ func (b *bundle) held(t *testing.T, key string) (bool, []attention.Item) {
 // anything of it again, however often they come.
 func TestStepThatNeedsAnOperatorHoldsTheAttempt(t *testing.T) {
 	t.Parallel()
-	for _, in := range []string{"call", "tx"} {
-		t.Run("in the "+in, func(t *testing.T) {
+	for _, c := range []struct{ form, in string }{{"tx", "call"}, {"tx", "tx"}, {"batch", "call"}, {"batch", "tx"}} {
+		in := c.in
+		t.Run(c.form+": in the "+in, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setupAs(t, c.form)
 			ctx := context.Background()
 			r := b.request(t, opTransfer, "k")
 			cause := fmt.Errorf("the other side moved 2 where we asked for 1: %w",

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,7 +90,15 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// setup is setupAs with test.transfer's transactions statement by
+// statement.
 func setup(t *testing.T, opts ...operation.Option) *bundle {
+	t.Helper()
+	return setupAs(t, "tx", opts...)
+}
+
+// setupAs is a bundle whose test.transfer has its transactions in form.
+func setupAs(t *testing.T, form string, opts ...operation.Option) *bundle {
 	t.Helper()
 	b := &bundle{pool: testkit.Pool(t), clock: testkit.NewClock(), logs: &logBuffer{}}
 	b.tenant = testkit.NewTenant(t, b.pool).ID
@@ -115,34 +124,67 @@ func setup(t *testing.T, opts ...operation.Option) *bundle {
 			return nil
 		},
 	})}, opts...)...)
-	b.phases = operation.NewPhases(b.runner, opTransfer, operation.Steps[transfer]{
-		idempotency.PointStarted: {Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
-			return a.Next(ctx, tx, pointReserved, &idempotency.Resource{Type: "transfer", ID: uuid.New()})
-		}},
-		pointReserved: {
-			Call: func(ctx context.Context, a *operation.Attempt[transfer]) error {
-				n := b.calls.Add(1)
-				if f := b.inCall.Swap(nil); f != nil {
-					(*f)()
-				}
-				if b.callPanics.CompareAndSwap(true, false) {
-					panic("injected panic in the call")
-				}
-				if err := b.callErr.Swap(nil); err != nil {
-					return *err
-				}
-				a.Data.answer = fmt.Sprintf("call %d", n)
-				return nil
-			},
-			Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
-				if err := b.txErr.Swap(nil); err != nil {
-					return operation.Outcome{}, *err
-				}
-				return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data.answer)}, a.Claim.Resource)
-			},
-		},
-	})
+	b.phases = operation.NewPhases(b.runner, opTransfer, b.transferSteps(form))
 	return b
+}
+
+// forms are the two forms of a step's transaction (operation.Step): the
+// loop's tests run the test's operation written in each.
+var forms = []string{"tx", "batch"}
+
+// transferSteps is test.transfer's step table, its transactions written
+// in form: a first step that records the attempt, and an outside call with
+// the step that records its answer.
+func (b *bundle) transferSteps(form string) operation.Steps[transfer] {
+	call := func(ctx context.Context, a *operation.Attempt[transfer]) error {
+		n := b.calls.Add(1)
+		if f := b.inCall.Swap(nil); f != nil {
+			(*f)()
+		}
+		if b.callPanics.CompareAndSwap(true, false) {
+			panic("injected panic in the call")
+		}
+		if err := b.callErr.Swap(nil); err != nil {
+			return *err
+		}
+		a.Data.answer = fmt.Sprintf("call %d", n)
+		return nil
+	}
+	record := func(ctx context.Context, tx idempotency.DB, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+		return a.Next(ctx, tx, pointReserved, &idempotency.Resource{Type: "transfer", ID: uuid.New()})
+	}
+	answer := func(ctx context.Context, tx idempotency.DB, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+		if err := b.txErr.Swap(nil); err != nil {
+			return operation.Outcome{}, *err
+		}
+		return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data.answer)}, a.Claim.Resource)
+	}
+	if form == "tx" {
+		return operation.Steps[transfer]{
+			idempotency.PointStarted: {Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+				return record(ctx, tx, a)
+			}},
+			pointReserved: {Call: call, Tx: func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+				return answer(ctx, tx, a)
+			}},
+		}
+	}
+	// In batches: each step sends its (empty) reads with the record's lock,
+	// then queues its update, which the loop sends with COMMIT.
+	return operation.Steps[transfer]{
+		idempotency.PointStarted: {Batch: func(ctx context.Context, bt *operation.Batch, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+			if err := bt.Send(ctx); err != nil {
+				return operation.Outcome{}, err
+			}
+			return record(ctx, bt, a)
+		}},
+		pointReserved: {Call: call, Batch: func(ctx context.Context, bt *operation.Batch, a *operation.Attempt[transfer]) (operation.Outcome, error) {
+			if err := bt.Send(ctx); err != nil {
+				return operation.Outcome{}, err
+			}
+			return answer(ctx, bt, a)
+		}},
+	}
 }
 
 func (b *bundle) request(t *testing.T, op idempotency.Operation, key string) idempotency.Request {
@@ -187,21 +229,26 @@ func want(t *testing.T, what string, got, want []idempotency.RecoveryPoint) {
 // answer and runs none.
 func TestPhasesRunEachStepOnceAndReplay(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	r := b.request(t, opTransfer, "k")
-	resp, err := b.phases.Run(ctx, r, transfer{})
-	if err != nil || resp.Status != http.StatusCreated || string(resp.Body) != "call 1" || resp.Replayed {
-		t.Fatalf("Run = %+v, %v", resp, err)
-	}
-	want(t, "fresh key", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted, pointReserved})
-	again, err := b.phases.Run(ctx, r, transfer{})
-	if err != nil || !again.Replayed || string(again.Body) != "call 1" {
-		t.Fatalf("retry = %+v, %v; want the stored answer", again, err)
-	}
-	want(t, "replay", b.steps(), nil)
-	if n := b.calls.Load(); n != 1 {
-		t.Fatalf("outside calls = %d, want 1", n)
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			b := setupAs(t, form)
+			ctx := context.Background()
+			r := b.request(t, opTransfer, "k")
+			resp, err := b.phases.Run(ctx, r, transfer{})
+			if err != nil || resp.Status != http.StatusCreated || string(resp.Body) != "call 1" || resp.Replayed {
+				t.Fatalf("Run = %+v, %v", resp, err)
+			}
+			want(t, "fresh key", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted, pointReserved})
+			again, err := b.phases.Run(ctx, r, transfer{})
+			if err != nil || !again.Replayed || string(again.Body) != "call 1" {
+				t.Fatalf("retry = %+v, %v; want the stored answer", again, err)
+			}
+			want(t, "replay", b.steps(), nil)
+			if n := b.calls.Load(); n != 1 {
+				t.Fatalf("outside calls = %d, want 1", n)
+			}
+		})
 	}
 }
 
@@ -210,61 +257,63 @@ func TestPhasesRunEachStepOnceAndReplay(t *testing.T) {
 // exactly there, and so does the Recoverer: neither runs a step before it.
 func TestPhasesResumeFromTheStoredPoint(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name      string
-		crash     func(b *bundle)
-		callsTill int32 // outside calls once the attempt is finished
-	}{
-		{"crash before the call", func(b *bundle) { b.crashBefore.Store(true) }, 1},
-		// The call ran and is run again: a real outside party answers the
-		// repeat from its own idempotency key (payments' provider key).
-		{"crash after the call", func(b *bundle) { b.crashAfter.Store(true) }, 2},
-	} {
-		for _, by := range []string{"retry", "recoverer"} {
-			t.Run(tc.name+", resumed by the "+by, func(t *testing.T) {
-				t.Parallel()
-				b := setup(t)
-				ctx := context.Background()
-				r := b.request(t, opTransfer, "k")
-				tc.crash(b)
-				if _, err := b.phases.Run(ctx, r, transfer{}); err == nil {
-					t.Fatal("the crashed run answered")
-				}
-				want(t, "crashed run", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted})
-				if state, point := b.record(t, "k"); state != "pending" || point != string(pointReserved) {
-					t.Fatalf("record = %s at %s, want pending at %s", state, point, pointReserved)
-				}
-				if _, err := b.phases.Run(ctx, r, transfer{}); problem.CodeOf(err) != problem.RequestInProgress {
-					t.Fatalf("retry within the lease = %v, want request_in_progress (a crash keeps its lease)", err)
-				}
-				b.clock.Advance(lease + time.Second)
+	for _, form := range forms {
+		for _, tc := range []struct {
+			name      string
+			crash     func(b *bundle)
+			callsTill int32 // outside calls once the attempt is finished
+		}{
+			{"crash before the call", func(b *bundle) { b.crashBefore.Store(true) }, 1},
+			// The call ran and is run again: a real outside party answers the
+			// repeat from its own idempotency key (payments' provider key).
+			{"crash after the call", func(b *bundle) { b.crashAfter.Store(true) }, 2},
+		} {
+			for _, by := range []string{"retry", "recoverer"} {
+				t.Run(form+": "+tc.name+", resumed by the "+by, func(t *testing.T) {
+					t.Parallel()
+					b := setupAs(t, form)
+					ctx := context.Background()
+					r := b.request(t, opTransfer, "k")
+					tc.crash(b)
+					if _, err := b.phases.Run(ctx, r, transfer{}); err == nil {
+						t.Fatal("the crashed run answered")
+					}
+					want(t, "crashed run", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted})
+					if state, point := b.record(t, "k"); state != "pending" || point != string(pointReserved) {
+						t.Fatalf("record = %s at %s, want pending at %s", state, point, pointReserved)
+					}
+					if _, err := b.phases.Run(ctx, r, transfer{}); problem.CodeOf(err) != problem.RequestInProgress {
+						t.Fatalf("retry within the lease = %v, want request_in_progress (a crash keeps its lease)", err)
+					}
+					b.clock.Advance(lease + time.Second)
 
-				var resp idempotency.Response
-				switch by {
-				case "retry":
-					var err error
-					if resp, err = b.phases.Run(ctx, r, transfer{}); err != nil {
-						t.Fatalf("retry after the lease: %v", err)
+					var resp idempotency.Response
+					switch by {
+					case "retry":
+						var err error
+						if resp, err = b.phases.Run(ctx, r, transfer{}); err != nil {
+							t.Fatalf("retry after the lease: %v", err)
+						}
+					case "recoverer":
+						rc := operation.NewRecoverer(b.runner, b.phases)
+						if n, err := rc.RecoverOnce(ctx, 10); err != nil || n != 1 {
+							t.Fatalf("RecoverOnce = %d, %v; want 1", n, err)
+						}
+						stored, err := b.phases.Run(ctx, r, transfer{})
+						if err != nil || !stored.Replayed {
+							t.Fatalf("the client's retry after recovery = %+v, %v; want the stored answer", stored, err)
+						}
+						resp = stored
 					}
-				case "recoverer":
-					rc := operation.NewRecoverer(b.runner, b.phases)
-					if n, err := rc.RecoverOnce(ctx, 10); err != nil || n != 1 {
-						t.Fatalf("RecoverOnce = %d, %v; want 1", n, err)
+					want(t, "resumed", b.steps(), []idempotency.RecoveryPoint{pointReserved})
+					if resp.Status != http.StatusCreated || b.calls.Load() != tc.callsTill {
+						t.Fatalf("answer %d %q after %d calls, want 201 after %d", resp.Status, resp.Body, b.calls.Load(), tc.callsTill)
 					}
-					stored, err := b.phases.Run(ctx, r, transfer{})
-					if err != nil || !stored.Replayed {
-						t.Fatalf("the client's retry after recovery = %+v, %v; want the stored answer", stored, err)
+					if state, point := b.record(t, "k"); state != "completed" || point != string(idempotency.PointFinished) {
+						t.Fatalf("record = %s at %s, want completed at finished", state, point)
 					}
-					resp = stored
-				}
-				want(t, "resumed", b.steps(), []idempotency.RecoveryPoint{pointReserved})
-				if resp.Status != http.StatusCreated || b.calls.Load() != tc.callsTill {
-					t.Fatalf("answer %d %q after %d calls, want 201 after %d", resp.Status, resp.Body, b.calls.Load(), tc.callsTill)
-				}
-				if state, point := b.record(t, "k"); state != "completed" || point != string(idempotency.PointFinished) {
-					t.Fatalf("record = %s at %s, want completed at finished", state, point)
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -274,35 +323,37 @@ func TestPhasesResumeFromTheStoredPoint(t *testing.T) {
 // retry resumes it, it does not meet request_in_progress.
 func TestPhasesReleaseTheLeaseWhenTheyStop(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		fail func(b *bundle)
-	}{
-		{"unknown outcome", func(b *bundle) {
-			err := error(&problem.Error{Code: problem.PaymentProviderUnavailable, Detail: "unknown"})
-			b.callErr.Store(&err)
-		}},
-		{"panic", func(b *bundle) { b.callPanics.Store(true) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			ctx := context.Background()
-			r := b.request(t, opTransfer, "k")
-			tc.fail(b)
-			func() {
-				defer func() { _ = recover() }() // the panic goes on to the caller, after the release
-				if _, err := b.phases.Run(ctx, r, transfer{}); err == nil {
-					t.Fatal("the failed run answered")
+	for _, form := range forms {
+		for _, tc := range []struct {
+			name string
+			fail func(b *bundle)
+		}{
+			{"unknown outcome", func(b *bundle) {
+				err := error(&problem.Error{Code: problem.PaymentProviderUnavailable, Detail: "unknown"})
+				b.callErr.Store(&err)
+			}},
+			{"panic", func(b *bundle) { b.callPanics.Store(true) }},
+		} {
+			t.Run(form+": "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := setupAs(t, form)
+				ctx := context.Background()
+				r := b.request(t, opTransfer, "k")
+				tc.fail(b)
+				func() {
+					defer func() { _ = recover() }() // the panic goes on to the caller, after the release
+					if _, err := b.phases.Run(ctx, r, transfer{}); err == nil {
+						t.Fatal("the failed run answered")
+					}
+				}()
+				b.steps()
+				resp, err := b.phases.Run(ctx, r, transfer{})
+				if err != nil || resp.Status != http.StatusCreated {
+					t.Fatalf("immediate retry = %+v, %v; want it resumed at once", resp, err)
 				}
-			}()
-			b.steps()
-			resp, err := b.phases.Run(ctx, r, transfer{})
-			if err != nil || resp.Status != http.StatusCreated {
-				t.Fatalf("immediate retry = %+v, %v; want it resumed at once", resp, err)
-			}
-			want(t, "retry", b.steps(), []idempotency.RecoveryPoint{pointReserved})
-		})
+				want(t, "retry", b.steps(), []idempotency.RecoveryPoint{pointReserved})
+			})
+		}
 	}
 }
 
@@ -311,23 +362,28 @@ func TestPhasesReleaseTheLeaseWhenTheyStop(t *testing.T) {
 // was stored and records nothing.
 func TestPhasesAnswerWhatAnotherOwnerStored(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	r := b.request(t, opTransfer, "k")
-	var other idempotency.Response
-	takeOver := func() {
-		b.clock.Advance(lease + time.Second)
-		var err error
-		if other, err = b.phases.Run(ctx, r, transfer{}); err != nil {
-			t.Errorf("the other owner: %v", err)
-		}
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			b := setupAs(t, form)
+			ctx := context.Background()
+			r := b.request(t, opTransfer, "k")
+			var other idempotency.Response
+			takeOver := func() {
+				b.clock.Advance(lease + time.Second)
+				var err error
+				if other, err = b.phases.Run(ctx, r, transfer{}); err != nil {
+					t.Errorf("the other owner: %v", err)
+				}
+			}
+			b.inCall.Store(&takeOver)
+			resp, err := b.phases.Run(ctx, r, transfer{})
+			if err != nil || !resp.Replayed || string(resp.Body) != string(other.Body) || string(other.Body) != "call 2" {
+				t.Fatalf("slow owner = %+v, %v; other owner = %q; want the other owner's stored answer", resp, err, other.Body)
+			}
+			want(t, "both", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted, pointReserved})
+		})
 	}
-	b.inCall.Store(&takeOver)
-	resp, err := b.phases.Run(ctx, r, transfer{})
-	if err != nil || !resp.Replayed || string(resp.Body) != string(other.Body) || string(other.Body) != "call 2" {
-		t.Fatalf("slow owner = %+v, %v; other owner = %q; want the other owner's stored answer", resp, err, other.Body)
-	}
-	want(t, "both", b.steps(), []idempotency.RecoveryPoint{idempotency.PointStarted, pointReserved})
 }
 
 // A step table the loop cannot run is refused when the operation is built.
@@ -342,6 +398,9 @@ func TestNewPhasesRefusesBadTables(t *testing.T) {
 		"a call in the first":    {idempotency.PointStarted: {Call: call, Tx: tx}},
 		"a step without its Tx":  {idempotency.PointStarted: {Tx: tx}, pointReserved: {Call: call}},
 		"a first step without a": {idempotency.PointStarted: {}},
+		"a step with two bodies": {idempotency.PointStarted: {Tx: tx, Batch: func(context.Context, *operation.Batch, *operation.Attempt[transfer]) (operation.Outcome, error) {
+			return operation.Outcome{}, nil
+		}}},
 	} {
 		func() {
 			defer func() {
@@ -354,16 +413,23 @@ func TestNewPhasesRefusesBadTables(t *testing.T) {
 	}
 }
 
-// A local operation commits in one transaction: its claim and its change
-// together, or neither. A mutation that fails leaves the key free, and one
-// that returns a recovery point is a programming error that stores nothing.
-func TestLocalCommitsOnceOrNotAtAll(t *testing.T) {
+// oneStep is a one-step operation, whose transaction is body: the shape
+// of a local mutation (orders.create).
+func (b *bundle) oneStep(body func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error)) *operation.Phases[string] {
+	return operation.NewPhases(b.runner, opLocal, operation.Steps[string]{idempotency.PointStarted: {Tx: body}})
+}
+
+// A one-step operation commits in one transaction: its claim and its
+// change together, or neither. A step that fails leaves the key free, and
+// one that moves to a point the operation has no step for is a programming
+// error that stores nothing.
+func TestOneStepCommitsOnceOrNotAtAll(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	var runs atomic.Int32
 	fail := errors.New("invalid input")
-	local := operation.NewLocal(b.runner, opLocal, func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error) {
+	local := b.oneStep(func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error) {
 		runs.Add(1)
 		switch a.Data {
 		case "fail":
@@ -376,16 +442,16 @@ func TestLocalCommitsOnceOrNotAtAll(t *testing.T) {
 		return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data)}, nil)
 	})
 	if _, err := local.Run(ctx, b.request(t, opLocal, "failed"), "fail"); !errors.Is(err, fail) {
-		t.Fatalf("failing mutation = %v", err)
+		t.Fatalf("failing step = %v", err)
 	}
 	if state, _ := b.record(t, "failed"); state != "" {
-		t.Fatalf("a failed mutation left a %s record; the key must stay free", state)
+		t.Fatalf("a failed step left a %s record; the key must stay free", state)
 	}
-	if _, err := local.Run(ctx, b.request(t, opLocal, "next"), "next"); err == nil {
-		t.Fatal("a local operation returned a recovery point and it was accepted")
+	if _, err := local.Run(ctx, b.request(t, opLocal, "next"), "next"); err == nil || !strings.Contains(err.Error(), "no step") {
+		t.Fatalf("a step that moved where there is no step = %v, want it refused", err)
 	}
 	if state, _ := b.record(t, "next"); state != "" {
-		t.Fatalf("a local operation with a recovery point left a %s record", state)
+		t.Fatalf("a step that moved where there is no step left a %s record", state)
 	}
 	r := b.request(t, opLocal, "ok")
 	first, err := local.Run(ctx, r, "ok")
@@ -404,7 +470,7 @@ func TestLocalCommitsOnceOrNotAtAll(t *testing.T) {
 		t.Fatalf("a refusal is stored as %q, want failed", state)
 	}
 	if n := runs.Load(); n != 4 {
-		t.Fatalf("the mutation ran %d times, want 4 (never for a replay)", n)
+		t.Fatalf("the step ran %d times, want 4 (never for a replay)", n)
 	}
 }
 
@@ -417,7 +483,7 @@ func TestInputIsDecodedOnlyWhenTheRequestIsNoReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	local := operation.NewLocal(b.runner, opLocal, func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error) {
+	local := b.oneStep(func(ctx context.Context, tx pgx.Tx, a *operation.Attempt[string]) (operation.Outcome, error) {
 		return a.Finish(ctx, tx, idempotency.Response{Status: http.StatusCreated, ContentType: "text/plain", Body: []byte(a.Data)}, nil)
 	})
 	var decoded atomic.Int32

@@ -15,11 +15,11 @@ import (
 // series and the Recoverer's list all derive from the registry, so adding an
 // operation is one entry.
 type Spec struct {
-	// Name scopes the operation's keys (rule 2), e.g. "orders.create".
+	// Name scopes the operation's keys (with the tenant), e.g. "orders.create".
 	Name idempotency.Operation
 	// Retention is how long its finished records are kept by default.
 	Retention time.Duration
-	// Covers are the horizons that retention must cover (rule 5): every
+	// Covers are the horizons that retention must cover: every
 	// operation covers the client's retry; money covers settlement.
 	Covers []retention.Horizon
 	// Resumable is set for an operation with an external call (a Phases

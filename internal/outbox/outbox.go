@@ -23,10 +23,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/outbox/internal/dbsqlc"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/tracing"
 )
 
@@ -51,34 +51,41 @@ type Event struct {
 	Payload any
 }
 
-// Append writes e in the caller's transaction. A zero ID gets a fresh
-// time-ordered UUID.
+// Append writes e in the caller's transaction, at once. A zero ID gets a
+// fresh time-ordered UUID.
 func Append(ctx context.Context, tx pgx.Tx, e Event) (uuid.UUID, error) {
-	p, err := e.params(ctx)
+	id, q, err := Queue(ctx, tx, e)
 	if err != nil {
 		return uuid.Nil, err
 	}
-	if err := dbsqlc.New(tx).OutboxInsert(ctx, p); err != nil {
-		return uuid.Nil, fmt.Errorf("append %s event: %w", e.Type, err)
-	}
-	return p.ID, nil
+	return id, q.Err()
 }
 
-// QueuedAppend is an Append queued into a pipeline (Queue).
+// DB is where Queue queues an event's insert: a transaction, or a
+// pipelined step's batch (operation.Batch), whose transaction it joins.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// QueuedAppend is an Append queued into a batch (Queue).
 type QueuedAppend struct {
 	event   string
-	results *dbsqlc.OutboxInsertQueuedBatchResults
+	results *dbsqlc.OutboxInsertBatchResults
 }
 
-// Queue queues Append's insert into p, whose transaction it joins; it
-// returns the event's id. QueuedAppend.Err reads the insert's outcome once
-// p was sent.
-func Queue(ctx context.Context, p *postgres.Pipeline, e Event) (uuid.UUID, *QueuedAppend, error) {
+// Queue queues Append's insert into db and returns the event's id.
+// QueuedAppend.Err reads the insert's outcome once it was sent; in a batch
+// a failed insert also fails the statements after it, COMMIT included, so
+// reading it is optional there.
+func Queue(ctx context.Context, db DB, e Event) (uuid.UUID, *QueuedAppend, error) {
 	params, err := e.params(ctx)
 	if err != nil {
 		return uuid.Nil, nil, err
 	}
-	results := dbsqlc.New(p).OutboxInsertQueued(ctx, []dbsqlc.OutboxInsertQueuedParams{dbsqlc.OutboxInsertQueuedParams(params)})
+	results := dbsqlc.New(db).OutboxInsert(ctx, []dbsqlc.OutboxInsertParams{params})
 	return params.ID, &QueuedAppend{event: e.Type, results: results}, nil
 }
 

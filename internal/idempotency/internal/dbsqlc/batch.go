@@ -18,22 +18,23 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
-const idempotencyCheckpointQueued = `-- name: IdempotencyCheckpointQueued :batchexec
+const idempotencyCheckpoint = `-- name: IdempotencyCheckpoint :batchone
 UPDATE api_idempotency
 SET recovery_point = $1, locked_until = $2, updated_at = $3,
     resource_type = coalesce($4, resource_type),
     resource_id = coalesce($5, resource_id)
 WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
   AND state = 'pending' AND held_at IS NULL
+RETURNING recovery_point
 `
 
-type IdempotencyCheckpointQueuedBatchResults struct {
+type IdempotencyCheckpointBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type IdempotencyCheckpointQueuedParams struct {
+type IdempotencyCheckpointParams struct {
 	RecoveryPoint  string
 	LockedUntil    *time.Time
 	Now            time.Time
@@ -44,9 +45,10 @@ type IdempotencyCheckpointQueuedParams struct {
 	IdempotencyKey string
 }
 
-// IdempotencyCheckpointQueued is IdempotencyCheckpoint, queued, for a record
-// this transaction locked and found pending (its claim, or its Reacquire).
-func (q *Queries) IdempotencyCheckpointQueued(ctx context.Context, arg []IdempotencyCheckpointQueuedParams) *IdempotencyCheckpointQueuedBatchResults {
+// IdempotencyCheckpoint records a recovery point (and the resource it made)
+// and sets the lease of a pending record; a finished or held record is left
+// alone, and no row is returned.
+func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg []IdempotencyCheckpointParams) *IdempotencyCheckpointBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -59,34 +61,36 @@ func (q *Queries) IdempotencyCheckpointQueued(ctx context.Context, arg []Idempot
 			a.Operation,
 			a.IdempotencyKey,
 		}
-		batch.Queue(idempotencyCheckpointQueued, vals...)
+		batch.Queue(idempotencyCheckpoint, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &IdempotencyCheckpointQueuedBatchResults{br, len(arg), false}
+	return &IdempotencyCheckpointBatchResults{br, len(arg), false}
 }
 
-func (b *IdempotencyCheckpointQueuedBatchResults) Exec(f func(int, error)) {
+func (b *IdempotencyCheckpointBatchResults) QueryRow(f func(int, string, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
+		var recovery_point string
 		if b.closed {
 			if f != nil {
-				f(t, ErrBatchAlreadyClosed)
+				f(t, recovery_point, ErrBatchAlreadyClosed)
 			}
 			continue
 		}
-		_, err := b.br.Exec()
+		row := b.br.QueryRow()
+		err := row.Scan(&recovery_point)
 		if f != nil {
-			f(t, err)
+			f(t, recovery_point, err)
 		}
 	}
 }
 
-func (b *IdempotencyCheckpointQueuedBatchResults) Close() error {
+func (b *IdempotencyCheckpointBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
 
-const idempotencyFinishQueued = `-- name: IdempotencyFinishQueued :batchexec
+const idempotencyFinish = `-- name: IdempotencyFinish :batchone
 UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,
     status_code = $2, response_headers = $3, response_body = $4,
@@ -94,15 +98,16 @@ SET state = $1, recovery_point = 'finished', locked_until = NULL,
     updated_at = $7, expires_at = $8
 WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
   AND state = 'pending' AND held_at IS NULL
+RETURNING state
 `
 
-type IdempotencyFinishQueuedBatchResults struct {
+type IdempotencyFinishBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type IdempotencyFinishQueuedParams struct {
+type IdempotencyFinishParams struct {
 	State           string
 	StatusCode      *int32
 	ResponseHeaders []byte
@@ -116,9 +121,10 @@ type IdempotencyFinishQueuedParams struct {
 	IdempotencyKey  string
 }
 
-// IdempotencyFinishQueued is IdempotencyFinish, queued, for a record this
-// transaction claimed: its row is locked and pending, so the update hits it.
-func (q *Queries) IdempotencyFinishQueued(ctx context.Context, arg []IdempotencyFinishQueuedParams) *IdempotencyFinishQueuedBatchResults {
+// IdempotencyFinish stores the final outcome of a pending record. A record
+// that is already final is never overwritten, and a held one is not
+// finished behind the operator's back: both return no row.
+func (q *Queries) IdempotencyFinish(ctx context.Context, arg []IdempotencyFinishParams) *IdempotencyFinishBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -134,54 +140,56 @@ func (q *Queries) IdempotencyFinishQueued(ctx context.Context, arg []Idempotency
 			a.Operation,
 			a.IdempotencyKey,
 		}
-		batch.Queue(idempotencyFinishQueued, vals...)
+		batch.Queue(idempotencyFinish, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &IdempotencyFinishQueuedBatchResults{br, len(arg), false}
+	return &IdempotencyFinishBatchResults{br, len(arg), false}
 }
 
-func (b *IdempotencyFinishQueuedBatchResults) Exec(f func(int, error)) {
+func (b *IdempotencyFinishBatchResults) QueryRow(f func(int, string, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
+		var state string
 		if b.closed {
 			if f != nil {
-				f(t, ErrBatchAlreadyClosed)
+				f(t, state, ErrBatchAlreadyClosed)
 			}
 			continue
 		}
-		_, err := b.br.Exec()
+		row := b.br.QueryRow()
+		err := row.Scan(&state)
 		if f != nil {
-			f(t, err)
+			f(t, state, err)
 		}
 	}
 }
 
-func (b *IdempotencyFinishQueuedBatchResults) Close() error {
+func (b *IdempotencyFinishBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
 
-const idempotencyGetForUpdateQueued = `-- name: IdempotencyGetForUpdateQueued :batchone
+const idempotencyGetForUpdate = `-- name: IdempotencyGetForUpdate :batchone
 SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 FOR UPDATE
 `
 
-type IdempotencyGetForUpdateQueuedBatchResults struct {
+type IdempotencyGetForUpdateBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type IdempotencyGetForUpdateQueuedParams struct {
+type IdempotencyGetForUpdateParams struct {
 	TenantID       uuid.UUID
 	Operation      string
 	IdempotencyKey string
 }
 
-// IdempotencyGetForUpdateQueued is IdempotencyGetForUpdate, queued: a later
-// phase's Reacquire in its first batch.
-func (q *Queries) IdempotencyGetForUpdateQueued(ctx context.Context, arg []IdempotencyGetForUpdateQueuedParams) *IdempotencyGetForUpdateQueuedBatchResults {
+// IdempotencyGetForUpdate locks a record: a taken key's claim, and every
+// later step's transaction (Claim.Reacquire), before it acts on it.
+func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg []IdempotencyGetForUpdateParams) *IdempotencyGetForUpdateBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -189,13 +197,13 @@ func (q *Queries) IdempotencyGetForUpdateQueued(ctx context.Context, arg []Idemp
 			a.Operation,
 			a.IdempotencyKey,
 		}
-		batch.Queue(idempotencyGetForUpdateQueued, vals...)
+		batch.Queue(idempotencyGetForUpdate, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &IdempotencyGetForUpdateQueuedBatchResults{br, len(arg), false}
+	return &IdempotencyGetForUpdateBatchResults{br, len(arg), false}
 }
 
-func (b *IdempotencyGetForUpdateQueuedBatchResults) QueryRow(f func(int, ApiIdempotency, error)) {
+func (b *IdempotencyGetForUpdateBatchResults) QueryRow(f func(int, ApiIdempotency, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		var i ApiIdempotency
@@ -234,12 +242,12 @@ func (b *IdempotencyGetForUpdateQueuedBatchResults) QueryRow(f func(int, ApiIdem
 	}
 }
 
-func (b *IdempotencyGetForUpdateQueuedBatchResults) Close() error {
+func (b *IdempotencyGetForUpdateBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
 
-const idempotencyInsertQueued = `-- name: IdempotencyInsertQueued :batchone
+const idempotencyInsert = `-- name: IdempotencyInsert :batchone
 
 INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
@@ -251,13 +259,13 @@ ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
 `
 
-type IdempotencyInsertQueuedBatchResults struct {
+type IdempotencyInsertBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type IdempotencyInsertQueuedParams struct {
+type IdempotencyInsertParams struct {
 	TenantID       uuid.UUID
 	Operation      string
 	IdempotencyKey string
@@ -269,11 +277,14 @@ type IdempotencyInsertQueuedParams struct {
 	TraceContext   []byte
 }
 
-// The create path's statements as batch members: the same SQL as the
-// statements above, queued into the request's pipeline
-// (postgres.Pipeline) instead of each being a round trip of its own.
-// IdempotencyInsertQueued is IdempotencyInsert, queued.
-func (q *Queries) IdempotencyInsertQueued(ctx context.Context, arg []IdempotencyInsertQueuedParams) *IdempotencyInsertQueuedBatchResults {
+// The statements a step's transaction runs on its record are batch queries
+// (:batch...): sent at once on a transaction, or queued into a pipelined
+// step's batch (operation.Batch) with the step's own statements. Each is
+// written once for both.
+// IdempotencyInsert claims a key. It returns no row (pgx.ErrNoRows) when
+// the key is taken; a concurrent uncommitted claim makes it wait for that
+// transaction first (bounded by lock_timeout).
+func (q *Queries) IdempotencyInsert(ctx context.Context, arg []IdempotencyInsertParams) *IdempotencyInsertBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -287,13 +298,13 @@ func (q *Queries) IdempotencyInsertQueued(ctx context.Context, arg []Idempotency
 			a.ExpiresAt,
 			a.TraceContext,
 		}
-		batch.Queue(idempotencyInsertQueued, vals...)
+		batch.Queue(idempotencyInsert, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &IdempotencyInsertQueuedBatchResults{br, len(arg), false}
+	return &IdempotencyInsertBatchResults{br, len(arg), false}
 }
 
-func (b *IdempotencyInsertQueuedBatchResults) QueryRow(f func(int, ApiIdempotency, error)) {
+func (b *IdempotencyInsertBatchResults) QueryRow(f func(int, ApiIdempotency, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		var i ApiIdempotency
@@ -332,7 +343,7 @@ func (b *IdempotencyInsertQueuedBatchResults) QueryRow(f func(int, ApiIdempotenc
 	}
 }
 
-func (b *IdempotencyInsertQueuedBatchResults) Close() error {
+func (b *IdempotencyInsertBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

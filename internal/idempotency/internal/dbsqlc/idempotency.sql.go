@@ -12,43 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const idempotencyCheckpoint = `-- name: IdempotencyCheckpoint :exec
-UPDATE api_idempotency
-SET recovery_point = $1, locked_until = $2, updated_at = $3,
-    resource_type = coalesce($4, resource_type),
-    resource_id = coalesce($5, resource_id)
-WHERE tenant_id = $6 AND operation = $7 AND idempotency_key = $8
-  AND state = 'pending' AND held_at IS NULL
-`
-
-type IdempotencyCheckpointParams struct {
-	RecoveryPoint  string
-	LockedUntil    *time.Time
-	Now            time.Time
-	ResourceType   *string
-	ResourceID     *uuid.UUID
-	TenantID       uuid.UUID
-	Operation      string
-	IdempotencyKey string
-}
-
-// IdempotencyCheckpoint records a recovery point (and the resource it made)
-// and sets the lease of a pending record; a finished or held record is left
-// alone.
-func (q *Queries) IdempotencyCheckpoint(ctx context.Context, arg IdempotencyCheckpointParams) error {
-	_, err := q.db.Exec(ctx, idempotencyCheckpoint,
-		arg.RecoveryPoint,
-		arg.LockedUntil,
-		arg.Now,
-		arg.ResourceType,
-		arg.ResourceID,
-		arg.TenantID,
-		arg.Operation,
-		arg.IdempotencyKey,
-	)
-	return err
-}
-
 const idempotencyClaimExpired = `-- name: IdempotencyClaimExpired :many
 WITH expired AS (
     SELECT tenant_id, operation, idempotency_key FROM api_idempotency
@@ -215,53 +178,6 @@ func (q *Queries) IdempotencyExpiredTenants(ctx context.Context, arg Idempotency
 	return items, nil
 }
 
-const idempotencyFinish = `-- name: IdempotencyFinish :execrows
-UPDATE api_idempotency
-SET state = $1, recovery_point = 'finished', locked_until = NULL,
-    status_code = $2, response_headers = $3, response_body = $4,
-    resource_type = $5, resource_id = $6,
-    updated_at = $7, expires_at = $8
-WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
-  AND state = 'pending' AND held_at IS NULL
-`
-
-type IdempotencyFinishParams struct {
-	State           string
-	StatusCode      *int32
-	ResponseHeaders []byte
-	ResponseBody    []byte
-	ResourceType    *string
-	ResourceID      *uuid.UUID
-	Now             time.Time
-	ExpiresAt       time.Time
-	TenantID        uuid.UUID
-	Operation       string
-	IdempotencyKey  string
-}
-
-// IdempotencyFinish stores the final outcome of a pending record. A record
-// that is already final is never overwritten, and a held one is not
-// finished behind the operator's back: both report no row.
-func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishParams) (int64, error) {
-	result, err := q.db.Exec(ctx, idempotencyFinish,
-		arg.State,
-		arg.StatusCode,
-		arg.ResponseHeaders,
-		arg.ResponseBody,
-		arg.ResourceType,
-		arg.ResourceID,
-		arg.Now,
-		arg.ExpiresAt,
-		arg.TenantID,
-		arg.Operation,
-		arg.IdempotencyKey,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const idempotencyGet = `-- name: IdempotencyGet :one
 SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
@@ -277,46 +193,6 @@ type IdempotencyGetParams struct {
 // fast path, which acts on final (immutable) records alone.
 func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) (ApiIdempotency, error) {
 	row := q.db.QueryRow(ctx, idempotencyGet, arg.TenantID, arg.Operation, arg.IdempotencyKey)
-	var i ApiIdempotency
-	err := row.Scan(
-		&i.TenantID,
-		&i.Operation,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.State,
-		&i.RecoveryPoint,
-		&i.LockedUntil,
-		&i.RequestID,
-		&i.StatusCode,
-		&i.ResponseHeaders,
-		&i.ResponseBody,
-		&i.ResourceType,
-		&i.ResourceID,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.ExpiresAt,
-		&i.HeldAt,
-		&i.Recoveries,
-		&i.NextRecoveryAt,
-		&i.TraceContext,
-	)
-	return i, err
-}
-
-const idempotencyGetForUpdate = `-- name: IdempotencyGetForUpdate :one
-SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-FOR UPDATE
-`
-
-type IdempotencyGetForUpdateParams struct {
-	TenantID       uuid.UUID
-	Operation      string
-	IdempotencyKey string
-}
-
-func (q *Queries) IdempotencyGetForUpdate(ctx context.Context, arg IdempotencyGetForUpdateParams) (ApiIdempotency, error) {
-	row := q.db.QueryRow(ctx, idempotencyGetForUpdate, arg.TenantID, arg.Operation, arg.IdempotencyKey)
 	var i ApiIdempotency
 	err := row.Scan(
 		&i.TenantID,
@@ -368,70 +244,6 @@ func (q *Queries) IdempotencyHold(ctx context.Context, arg IdempotencyHoldParams
 		arg.IdempotencyKey,
 	)
 	return err
-}
-
-const idempotencyInsert = `-- name: IdempotencyInsert :one
-INSERT INTO api_idempotency (
-    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at, trace_context
-) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
-)
-ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
-`
-
-type IdempotencyInsertParams struct {
-	TenantID       uuid.UUID
-	Operation      string
-	IdempotencyKey string
-	RequestHash    []byte
-	LockedUntil    *time.Time
-	RequestID      string
-	CreatedAt      time.Time
-	ExpiresAt      time.Time
-	TraceContext   []byte
-}
-
-// IdempotencyInsert claims a key. It returns no row (pgx.ErrNoRows) when
-// the key is taken; a concurrent uncommitted claim makes it wait for that
-// transaction first (bounded by lock_timeout).
-func (q *Queries) IdempotencyInsert(ctx context.Context, arg IdempotencyInsertParams) (ApiIdempotency, error) {
-	row := q.db.QueryRow(ctx, idempotencyInsert,
-		arg.TenantID,
-		arg.Operation,
-		arg.IdempotencyKey,
-		arg.RequestHash,
-		arg.LockedUntil,
-		arg.RequestID,
-		arg.CreatedAt,
-		arg.ExpiresAt,
-		arg.TraceContext,
-	)
-	var i ApiIdempotency
-	err := row.Scan(
-		&i.TenantID,
-		&i.Operation,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.State,
-		&i.RecoveryPoint,
-		&i.LockedUntil,
-		&i.RequestID,
-		&i.StatusCode,
-		&i.ResponseHeaders,
-		&i.ResponseBody,
-		&i.ResourceType,
-		&i.ResourceID,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.ExpiresAt,
-		&i.HeldAt,
-		&i.Recoveries,
-		&i.NextRecoveryAt,
-		&i.TraceContext,
-	)
-	return i, err
 }
 
 const idempotencySetNextRecovery = `-- name: IdempotencySetNextRecovery :exec

@@ -18,18 +18,81 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
-const orderInsertQueued = `-- name: OrderInsertQueued :batchexec
-INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
+const orderGetByIdempotencyKey = `-- name: OrderGetByIdempotencyKey :batchone
+SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND idempotency_key = $2
 `
 
-type OrderInsertQueuedBatchResults struct {
+type OrderGetByIdempotencyKeyBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type OrderInsertQueuedParams struct {
+type OrderGetByIdempotencyKeyParams struct {
+	TenantID       uuid.UUID
+	IdempotencyKey string
+}
+
+// OrderGetByIdempotencyKey finds the order a key created: there is one
+// when the key's idempotency record expired and a late retry came.
+func (q *Queries) OrderGetByIdempotencyKey(ctx context.Context, arg []OrderGetByIdempotencyKeyParams) *OrderGetByIdempotencyKeyBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.TenantID,
+			a.IdempotencyKey,
+		}
+		batch.Queue(orderGetByIdempotencyKey, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &OrderGetByIdempotencyKeyBatchResults{br, len(arg), false}
+}
+
+func (b *OrderGetByIdempotencyKeyBatchResults) QueryRow(f func(int, Order, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i Order
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.IdempotencyKey,
+			&i.RequestHash,
+			&i.Status,
+			&i.Currency,
+			&i.AmountTotal,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *OrderGetByIdempotencyKeyBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const orderInsert = `-- name: OrderInsert :batchexec
+INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
+`
+
+type OrderInsertBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type OrderInsertParams struct {
 	ID             uuid.UUID
 	TenantID       uuid.UUID
 	IdempotencyKey string
@@ -39,14 +102,12 @@ type OrderInsertQueuedParams struct {
 	CreatedAt      time.Time
 }
 
-// OrderInsertQueued inserts an order, queued with its lines, its event,
-// the stored response and COMMIT. Unlike OrderInsert it has no ON CONFLICT:
-// a tenant's order for this key already there (a late retry) is a
-// unique_violation, which aborts the rest of the batch, COMMIT included.
-// The statements after it never run for an order that was not inserted.
-// The row is the one the service built (orders.newOrder), so nothing is
-// returned.
-func (q *Queries) OrderInsertQueued(ctx context.Context, arg []OrderInsertQueuedParams) *OrderInsertQueuedBatchResults {
+// OrderInsert inserts an order, queued with its lines, its event, the
+// stored answer and COMMIT. It has no ON CONFLICT: the key's order was
+// looked for in the first send, under the claim's lock, and a conflict
+// now would abort the rest of the batch, COMMIT included. The row is the
+// one the service built, so nothing is returned.
+func (q *Queries) OrderInsert(ctx context.Context, arg []OrderInsertParams) *OrderInsertBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -58,13 +119,13 @@ func (q *Queries) OrderInsertQueued(ctx context.Context, arg []OrderInsertQueued
 			a.AmountTotal,
 			a.CreatedAt,
 		}
-		batch.Queue(orderInsertQueued, vals...)
+		batch.Queue(orderInsert, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &OrderInsertQueuedBatchResults{br, len(arg), false}
+	return &OrderInsertBatchResults{br, len(arg), false}
 }
 
-func (b *OrderInsertQueuedBatchResults) Exec(f func(int, error)) {
+func (b *OrderInsertBatchResults) Exec(f func(int, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		if b.closed {
@@ -80,12 +141,90 @@ func (b *OrderInsertQueuedBatchResults) Exec(f func(int, error)) {
 	}
 }
 
-func (b *OrderInsertQueuedBatchResults) Close() error {
+func (b *OrderInsertBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
 
-const orderItemsInsertQueued = `-- name: OrderItemsInsertQueued :batchexec
+const orderItemsGetByIdempotencyKey = `-- name: OrderItemsGetByIdempotencyKey :batchmany
+SELECT i.order_id, i.line, i.sku, i.name, i.quantity, i.unit_amount, i.amount, i.tenant_id FROM order_items i
+JOIN orders o ON o.tenant_id = i.tenant_id AND o.id = i.order_id
+WHERE o.tenant_id = $1 AND i.tenant_id = $1 AND o.idempotency_key = $2
+ORDER BY i.line
+`
+
+type OrderItemsGetByIdempotencyKeyBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type OrderItemsGetByIdempotencyKeyParams struct {
+	TenantID       uuid.UUID
+	IdempotencyKey string
+}
+
+// OrderItemsGetByIdempotencyKey returns the lines of the order a key
+// created (none for a new key), for a late retry's answer.
+func (q *Queries) OrderItemsGetByIdempotencyKey(ctx context.Context, arg []OrderItemsGetByIdempotencyKeyParams) *OrderItemsGetByIdempotencyKeyBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.TenantID,
+			a.IdempotencyKey,
+		}
+		batch.Queue(orderItemsGetByIdempotencyKey, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &OrderItemsGetByIdempotencyKeyBatchResults{br, len(arg), false}
+}
+
+func (b *OrderItemsGetByIdempotencyKeyBatchResults) Query(f func(int, []OrderItem, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var items []OrderItem
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i OrderItem
+				if err := rows.Scan(
+					&i.OrderID,
+					&i.Line,
+					&i.Sku,
+					&i.Name,
+					&i.Quantity,
+					&i.UnitAmount,
+					&i.Amount,
+					&i.TenantID,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *OrderItemsGetByIdempotencyKeyBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const orderItemsInsert = `-- name: OrderItemsInsert :batchexec
 INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
 SELECT o.tenant_id, o.id,
        unnest($1::int[]), unnest($2::text[]), unnest($3::text[]),
@@ -94,13 +233,13 @@ FROM orders o
 WHERE o.tenant_id = $7::uuid AND o.id = $8::uuid
 `
 
-type OrderItemsInsertQueuedBatchResults struct {
+type OrderItemsInsertBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type OrderItemsInsertQueuedParams struct {
+type OrderItemsInsertParams struct {
 	Lines       []int32
 	Skus        []string
 	Names       []string
@@ -111,10 +250,16 @@ type OrderItemsInsertQueuedParams struct {
 	OrderID     uuid.UUID
 }
 
-// OrderItemsInsertQueued is OrderItemsInsert, queued after
-// OrderInsertQueued: the lines are selected with the order row inserted
-// just before, in the same transaction.
-func (q *Queries) OrderItemsInsertQueued(ctx context.Context, arg []OrderItemsInsertQueuedParams) *OrderItemsInsertQueuedBatchResults {
+// OrderItemsInsert inserts all lines of an order in one statement, after
+// the order in the same transaction. The lines are selected with the order
+// row (tenant_id, id) rather than from the parameters alone: on Citus that
+// makes it an INSERT ... SELECT within the tenant's shard, pushed down to
+// it as one task. Lines from parameters alone Citus evaluates on the
+// coordinator and COPYs into the shard, and a COPY turns every order
+// creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
+// connection leaves the order invisible, and its key locked, until Citus
+// recovers it (docs/RELIABILITY.md, the cluster run's finding).
+func (q *Queries) OrderItemsInsert(ctx context.Context, arg []OrderItemsInsertParams) *OrderItemsInsertBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -127,13 +272,13 @@ func (q *Queries) OrderItemsInsertQueued(ctx context.Context, arg []OrderItemsIn
 			a.TenantID,
 			a.OrderID,
 		}
-		batch.Queue(orderItemsInsertQueued, vals...)
+		batch.Queue(orderItemsInsert, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &OrderItemsInsertQueuedBatchResults{br, len(arg), false}
+	return &OrderItemsInsertBatchResults{br, len(arg), false}
 }
 
-func (b *OrderItemsInsertQueuedBatchResults) Exec(f func(int, error)) {
+func (b *OrderItemsInsertBatchResults) Exec(f func(int, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		if b.closed {
@@ -149,43 +294,46 @@ func (b *OrderItemsInsertQueuedBatchResults) Exec(f func(int, error)) {
 	}
 }
 
-func (b *OrderItemsInsertQueuedBatchResults) Close() error {
+func (b *OrderItemsInsertBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
 
-const productGetManyQueued = `-- name: ProductGetManyQueued :batchmany
+const productGetMany = `-- name: ProductGetMany :batchmany
 
 SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])
 `
 
-type ProductGetManyQueuedBatchResults struct {
+type ProductGetManyBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type ProductGetManyQueuedParams struct {
+type ProductGetManyParams struct {
 	TenantID uuid.UUID
 	Skus     []string
 }
 
-// The create path's statements as batch members (postgres.Pipeline).
-// ProductGetManyQueued is ProductGetMany, queued.
-func (q *Queries) ProductGetManyQueued(ctx context.Context, arg []ProductGetManyQueuedParams) *ProductGetManyQueuedBatchResults {
+// The create's statements (orders.Service.createOrder): batch queries,
+// queued into the step's pipeline (operation.Batch). The reads go in the
+// first send, with the key's claim; the writes in the second, with the
+// stored answer and COMMIT.
+// ProductGetMany returns the tenant's products with the given SKUs.
+func (q *Queries) ProductGetMany(ctx context.Context, arg []ProductGetManyParams) *ProductGetManyBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
 			a.TenantID,
 			a.Skus,
 		}
-		batch.Queue(productGetManyQueued, vals...)
+		batch.Queue(productGetMany, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &ProductGetManyQueuedBatchResults{br, len(arg), false}
+	return &ProductGetManyBatchResults{br, len(arg), false}
 }
 
-func (b *ProductGetManyQueuedBatchResults) Query(f func(int, []Product, error)) {
+func (b *ProductGetManyBatchResults) Query(f func(int, []Product, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		var items []Product
@@ -223,7 +371,7 @@ func (b *ProductGetManyQueuedBatchResults) Query(f func(int, []Product, error)) 
 	}
 }
 
-func (b *ProductGetManyQueuedBatchResults) Close() error {
+func (b *ProductGetManyBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

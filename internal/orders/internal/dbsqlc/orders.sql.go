@@ -69,32 +69,6 @@ func (q *Queries) OrderGet(ctx context.Context, arg OrderGetParams) (Order, erro
 	return i, err
 }
 
-const orderGetByIdempotencyKey = `-- name: OrderGetByIdempotencyKey :one
-SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND idempotency_key = $2
-`
-
-type OrderGetByIdempotencyKeyParams struct {
-	TenantID       uuid.UUID
-	IdempotencyKey string
-}
-
-func (q *Queries) OrderGetByIdempotencyKey(ctx context.Context, arg OrderGetByIdempotencyKeyParams) (Order, error) {
-	row := q.db.QueryRow(ctx, orderGetByIdempotencyKey, arg.TenantID, arg.IdempotencyKey)
-	var i Order
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.Status,
-		&i.Currency,
-		&i.AmountTotal,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
 const orderGetForUpdate = `-- name: OrderGetForUpdate :one
 SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND id = $2 FOR UPDATE
 `
@@ -106,50 +80,6 @@ type OrderGetForUpdateParams struct {
 
 func (q *Queries) OrderGetForUpdate(ctx context.Context, arg OrderGetForUpdateParams) (Order, error) {
 	row := q.db.QueryRow(ctx, orderGetForUpdate, arg.TenantID, arg.ID)
-	var i Order
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.IdempotencyKey,
-		&i.RequestHash,
-		&i.Status,
-		&i.Currency,
-		&i.AmountTotal,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
-const orderInsert = `-- name: OrderInsert :one
-INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at
-`
-
-type OrderInsertParams struct {
-	ID             uuid.UUID
-	TenantID       uuid.UUID
-	IdempotencyKey string
-	RequestHash    []byte
-	Currency       string
-	AmountTotal    int64
-	CreatedAt      time.Time
-}
-
-// OrderInsert inserts an order unless the tenant already has one for
-// this idempotency key; then it returns no row (pgx.ErrNoRows).
-func (q *Queries) OrderInsert(ctx context.Context, arg OrderInsertParams) (Order, error) {
-	row := q.db.QueryRow(ctx, orderInsert,
-		arg.ID,
-		arg.TenantID,
-		arg.IdempotencyKey,
-		arg.RequestHash,
-		arg.Currency,
-		arg.AmountTotal,
-		arg.CreatedAt,
-	)
 	var i Order
 	err := row.Scan(
 		&i.ID,
@@ -239,52 +169,6 @@ func (q *Queries) OrderItemsGetMany(ctx context.Context, arg OrderItemsGetManyPa
 		return nil, err
 	}
 	return items, nil
-}
-
-const orderItemsInsert = `-- name: OrderItemsInsert :execrows
-INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
-SELECT o.tenant_id, o.id,
-       unnest($1::int[]), unnest($2::text[]), unnest($3::text[]),
-       unnest($4::int[]), unnest($5::bigint[]), unnest($6::bigint[])
-FROM orders o
-WHERE o.tenant_id = $7::uuid AND o.id = $8::uuid
-`
-
-type OrderItemsInsertParams struct {
-	Lines       []int32
-	Skus        []string
-	Names       []string
-	Quantities  []int32
-	UnitAmounts []int64
-	Amounts     []int64
-	TenantID    uuid.UUID
-	OrderID     uuid.UUID
-}
-
-// OrderItemsInsert inserts all lines of an order in one statement, after
-// the order in the same transaction. The lines are selected with the order
-// row (tenant_id, id) rather than from the parameters alone: on Citus that
-// makes it an INSERT ... SELECT within the tenant's shard, pushed down to
-// it as one task. Lines from parameters alone Citus evaluates on the
-// coordinator and COPYs into the shard, and a COPY turns every order
-// creation into a two-phase commit, whose COMMIT PREPARED cut by a lost
-// connection leaves the order invisible, and its key locked, until Citus
-// recovers it (docs/RELIABILITY.md, the cluster run's finding).
-func (q *Queries) OrderItemsInsert(ctx context.Context, arg OrderItemsInsertParams) (int64, error) {
-	result, err := q.db.Exec(ctx, orderItemsInsert,
-		arg.Lines,
-		arg.Skus,
-		arg.Names,
-		arg.Quantities,
-		arg.UnitAmounts,
-		arg.Amounts,
-		arg.TenantID,
-		arg.OrderID,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const orderListNewest = `-- name: OrderListNewest :many
@@ -416,43 +300,6 @@ func (q *Queries) OrderTakeStock(ctx context.Context, arg OrderTakeStockParams) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const productGetMany = `-- name: ProductGetMany :many
-SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])
-`
-
-type ProductGetManyParams struct {
-	TenantID uuid.UUID
-	Skus     []string
-}
-
-// ProductGetMany returns the tenant's products with the given SKUs.
-func (q *Queries) ProductGetMany(ctx context.Context, arg ProductGetManyParams) ([]Product, error) {
-	rows, err := q.db.Query(ctx, productGetMany, arg.TenantID, arg.Skus)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []Product
-	for rows.Next() {
-		var i Product
-		if err := rows.Scan(
-			&i.TenantID,
-			&i.Sku,
-			&i.Name,
-			&i.UnitAmount,
-			&i.Currency,
-			&i.Stock,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const productInsert = `-- name: ProductInsert :exec

@@ -18,18 +18,18 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
-const outboxInsertQueued = `-- name: OutboxInsertQueued :batchexec
+const outboxInsert = `-- name: OutboxInsert :batchexec
 INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 `
 
-type OutboxInsertQueuedBatchResults struct {
+type OutboxInsertBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type OutboxInsertQueuedParams struct {
+type OutboxInsertParams struct {
 	ID             uuid.UUID
 	TenantID       uuid.UUID
 	EventType      string
@@ -41,9 +41,10 @@ type OutboxInsertQueuedParams struct {
 	TraceContext   []byte
 }
 
-// OutboxInsertQueued is OutboxInsert, queued into the request's pipeline
-// (postgres.Pipeline).
-func (q *Queries) OutboxInsertQueued(ctx context.Context, arg []OutboxInsertQueuedParams) *OutboxInsertQueuedBatchResults {
+// OutboxInsert appends an event: a batch query, run at once on a
+// transaction (outbox.Append) or queued into a pipelined step's batch with
+// the step's other statements (outbox.Queue).
+func (q *Queries) OutboxInsert(ctx context.Context, arg []OutboxInsertParams) *OutboxInsertBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
@@ -57,13 +58,13 @@ func (q *Queries) OutboxInsertQueued(ctx context.Context, arg []OutboxInsertQueu
 			a.OccurredAt,
 			a.TraceContext,
 		}
-		batch.Queue(outboxInsertQueued, vals...)
+		batch.Queue(outboxInsert, vals...)
 	}
 	br := q.db.SendBatch(ctx, batch)
-	return &OutboxInsertQueuedBatchResults{br, len(arg), false}
+	return &OutboxInsertBatchResults{br, len(arg), false}
 }
 
-func (b *OutboxInsertQueuedBatchResults) Exec(f func(int, error)) {
+func (b *OutboxInsertBatchResults) Exec(f func(int, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
 		if b.closed {
@@ -79,7 +80,7 @@ func (b *OutboxInsertQueuedBatchResults) Exec(f func(int, error)) {
 	}
 }
 
-func (b *OutboxInsertQueuedBatchResults) Close() error {
+func (b *OutboxInsertBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

@@ -207,38 +207,6 @@ func (q *Queries) OutboxGet(ctx context.Context, id uuid.UUID) (OutboxEvent, err
 	return i, err
 }
 
-const outboxInsert = `-- name: OutboxInsert :exec
-INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-`
-
-type OutboxInsertParams struct {
-	ID             uuid.UUID
-	TenantID       uuid.UUID
-	EventType      string
-	AggregateType  string
-	AggregateID    uuid.UUID
-	IdempotencyKey string
-	Payload        []byte
-	OccurredAt     time.Time
-	TraceContext   []byte
-}
-
-func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) error {
-	_, err := q.db.Exec(ctx, outboxInsert,
-		arg.ID,
-		arg.TenantID,
-		arg.EventType,
-		arg.AggregateType,
-		arg.AggregateID,
-		arg.IdempotencyKey,
-		arg.Payload,
-		arg.OccurredAt,
-		arg.TraceContext,
-	)
-	return err
-}
-
 const outboxListNewest = `-- name: OutboxListNewest :many
 SELECT id, seq, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, published_at, attempts, last_error, locked_until, locked_by, next_attempt_at, stuck_at, trace_context FROM outbox_events
 WHERE tenant_id = $1 AND (NOT $2::bool OR seq < $3::bigint)
