@@ -14,9 +14,15 @@ import (
 // services of the same process wake it with a Signal instead.
 const NotifyChannel = "oncepay_outbox"
 
+// listenCheck is how long the listening connection may stay quiet before
+// the dispatcher checks that the database is still there: a connection
+// whose peer vanished without closing it would otherwise wait for
+// notifications forever, and only polling would remain.
+const listenCheck = 30 * time.Second
+
 // listen holds a LISTEN connection and turns notifications into Notify
 // calls, reconnecting with backoff until ctx is cancelled. A connection
-// quiet for WithListenCheck is pinged (bounded by WithDatabaseTimeout), so
+// quiet for listenCheck is pinged (bounded by WithDatabaseTimeout), so
 // one whose peer vanished is replaced instead of waited on forever.
 func (d *Dispatcher) listen(ctx context.Context) {
 	wait := 100 * time.Millisecond
@@ -49,7 +55,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	// Rows committed while nobody listened were announced to nobody.
 	d.Notify()
 	for {
-		wait, cancel := context.WithTimeout(ctx, d.cfg.listenCheck)
+		wait, cancel := context.WithTimeout(ctx, listenCheck)
 		_, err := conn.WaitForNotification(wait)
 		cancel()
 		switch {

@@ -19,7 +19,6 @@ type dispatcherConfig struct {
 	backoffBase    time.Duration
 	backoffMax     time.Duration
 	dbTimeout      time.Duration
-	listenCheck    time.Duration
 	// atomicMin is the smallest batch published as one atomic batch;
 	// atomicSet says an option set it (0 included: never).
 	atomicMin int
@@ -77,9 +76,6 @@ func (c dispatcherConfig) withDefaults() dispatcherConfig {
 	}
 	if c.dbTimeout <= 0 {
 		c.dbTimeout = 5 * time.Second
-	}
-	if c.listenCheck <= 0 {
-		c.listenCheck = 30 * time.Second
 	}
 	return c
 }
@@ -145,15 +141,6 @@ func WithPublishTimeout(t time.Duration) DispatcherOption {
 // carries on once it answers again.
 func WithDatabaseTimeout(t time.Duration) DispatcherOption {
 	return func(d *Dispatcher) { d.cfg.dbTimeout = t }
-}
-
-// WithListenCheck is how long the listening connection may stay quiet
-// before the dispatcher checks that the database is still there (default
-// 30s): a connection whose peer vanished without closing it would
-// otherwise wait for notifications forever, and only polling would
-// remain.
-func WithListenCheck(quiet time.Duration) DispatcherOption {
-	return func(d *Dispatcher) { d.cfg.listenCheck = quiet }
 }
 
 // WithMaxAttempts is the number of failed attempts after which a row is
