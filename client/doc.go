@@ -1,8 +1,8 @@
 // Package client is a Go client for the oncepay orders and payments API that
 // keeps the API's idempotency contract for its caller.
 //
-// Every POST is one business intent under one Idempotency-Key (rule 1 of the
-// brief: a key names an intent, never a transport attempt). The client makes
+// Every POST is one business intent under one Idempotency-Key: a key names
+// an intent, never a transport attempt. The client makes
 // a fresh key per call, or uses the caller's ([WithIdempotencyKey]), and sends
 // that same key on every attempt of the call. This is what makes its retries
 // safe: a retry after a lost response, a dropped connection, a 5xx or

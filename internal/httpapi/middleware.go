@@ -79,8 +79,8 @@ func traceRequest(next echo.HandlerFunc) echo.HandlerFunc {
 // it that the client chose is bounded (wire.Loggable), and the idempotency
 // key is logged as the key only when it is valid. The request id (one
 // transport attempt, for tracing) and the idempotency key (one business
-// intent, for correctness) are separate fields: rule 1 says never to confuse
-// them, and a replay shows up as a new request id with an old key.
+// intent, for correctness) are separate fields, never one for the other:
+// a replay shows up as a new request id with an old key.
 func requestLogger(logger *slog.Logger, observe func(method, route string, status int, d time.Duration)) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

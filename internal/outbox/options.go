@@ -86,7 +86,7 @@ type DispatcherHooks struct {
 	// AfterPublish runs after the broker acknowledged the published rows of
 	// a batch and before they are marked published. An error stops the
 	// round right there, as a crash would: the rows stay leased until the
-	// lease runs out, and are then published again (drill 6).
+	// lease runs out, and are then published again.
 	AfterPublish func(ids []uuid.UUID) error
 }
 

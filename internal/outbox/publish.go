@@ -40,7 +40,7 @@ import (
 // (publishEach), where each row succeeds or fails on its own: that is the
 // path of a batch with an event the stream has already (an atomic batch
 // may not hold a duplicate; the re-publish after a crash between publish
-// and mark, drill 6, is one), of a server without atomic batches, and of
+// and mark is one), of a server without atomic batches, and of
 // any other refusal.
 func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, claimedAt time.Time) []error {
 	errs := make([]error, len(rows))
