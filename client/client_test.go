@@ -381,17 +381,48 @@ func TestClientDoesNotWaitPastTheDeadline(t *testing.T) {
 	}
 }
 
+// The contract's Retry-After policy (docs/CONTRACT.md, "Retry-After"): up
+// to a minute the client waits at least that long on its own; past a
+// minute it does not wait but returns the answer, with the server's
+// RetryAfter and the key, for its caller to retry then. The web UI's side
+// is internal/app TestBrowser/LongRetryAfterIsLeftToTheUser.
 func TestClientLeavesLongRetryAfterToTheCaller(t *testing.T) {
 	t.Parallel()
-	s := newScripted(t, problem(503, "service_unavailable", "3600"))
-	c := newClient(t, s)
-	_, _, err := c.CreateOrder(context.Background(), order())
-	var e *client.Error
-	if !errors.As(err, &e) || e.RetryAfter <= time.Minute {
-		t.Fatalf("err = %v, want the 503 with its long RetryAfter", err)
+	for _, tc := range []struct {
+		retryAfter string
+		want       time.Duration
+	}{
+		{"61", 61 * time.Second},
+		{"3600", time.Hour},
+	} {
+		s := newScripted(t, problem(503, "service_unavailable", tc.retryAfter))
+		var r retries
+		c := newClient(t, s, r.option())
+		_, meta, err := c.CreateOrder(context.Background(), order())
+		var e *client.Error
+		if !errors.As(err, &e) || e.RetryAfter != tc.want || !client.Retryable(err) || e.IdempotencyKey == "" || e.IdempotencyKey != meta.IdempotencyKey {
+			t.Fatalf("Retry-After %s: err = %v, want the retryable 503 with RetryAfter %v and the key to retry with", tc.retryAfter, err, tc.want)
+		}
+		if n := len(s.requests()); n != 1 || len(r.waits) != 0 {
+			t.Fatalf("Retry-After %s: requests = %d, waits = %v; want 1 and none", tc.retryAfter, n, r.waits)
+		}
 	}
-	if n := len(s.requests()); n != 1 {
-		t.Fatalf("requests = %d, want 1", n)
+
+	// A minute is still waited for, at least the minute: the wait is
+	// cut short here by cancelling the call once the client announced it.
+	s := newScripted(t, problem(503, "service_unavailable", "60"), created(orderJSON))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waits []time.Duration
+	c := newClient(t, s, client.WithOnRetry(func(_ int, wait time.Duration, _ error) {
+		waits = append(waits, wait)
+		cancel()
+	}))
+	if _, _, err := c.CreateOrder(ctx, order()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Retry-After 60: err = %v, want the call cancelled during its wait", err)
+	}
+	if len(waits) != 1 || waits[0] < time.Minute {
+		t.Fatalf("Retry-After 60: waits = %v, want one of at least a minute", waits)
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package client is a Go client for the oncepay orders and payments API that
 // keeps the API's idempotency contract for its caller.
 //
-// Every POST is one business intent under one Idempotency-Key (rule 1 of the
-// brief: a key names an intent, never a transport attempt). The client makes
+// Every POST is one business intent under one Idempotency-Key: a key names
+// an intent, never a transport attempt. The client makes
 // a fresh key per call, or uses the caller's ([WithIdempotencyKey]), and sends
 // that same key on every attempt of the call. This is what makes its retries
 // safe: a retry after a lost response, a dropped connection, a 5xx or
@@ -11,8 +11,11 @@
 //
 // What is retried, with the same key: network errors (including a connection
 // that drops after the request was sent), 500, 502, 503 and 504, and
-// 409 request_in_progress. Waits honour Retry-After and otherwise grow
-// exponentially with jitter up to a cap; the number of attempts is bounded
+// 409 request_in_progress. Waits honour Retry-After as their floor and
+// otherwise grow exponentially with jitter up to a cap. A Retry-After over
+// a minute is not waited for: the call returns the [*Error] with its
+// RetryAfter, and the caller retries with the key from [Meta] then
+// (docs/CONTRACT.md, "Retry-After"). The number of attempts is bounded
 // ([WithMaxAttempts]) and the caller's context bounds the whole call. A
 // definite answer is never retried: 2xx, and every other 4xx, such as
 // 402 card_declined or 422 idempotency_key_reused. Nor is

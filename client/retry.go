@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,7 +42,10 @@ func validKey(k string) bool {
 }
 
 // parseRetryAfter reads a Retry-After header: delay seconds, or an HTTP-date
-// (RFC 9110). Anything else, or a time in the past, is no delay.
+// (RFC 9110). Anything else, or a time in the past, is no delay. The delay
+// is the server's, however long, so that a caller told to come back later
+// is told when; only a number of seconds no time.Duration holds is cut to
+// the longest one that does.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -51,7 +55,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if secs <= 0 {
 			return 0
 		}
-		return time.Duration(min(secs, int64(maxRetryAfter/time.Second)+1)) * time.Second
+		return time.Duration(min(secs, int64(math.MaxInt64/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
@@ -59,9 +63,11 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// maxRetryAfter is the longest Retry-After the client waits on its own. A
-// longer one (a maintenance window, say) is the caller's to schedule: the call
-// returns the *Error with its RetryAfter instead of blocking the caller.
+// maxRetryAfter is the longest Retry-After the client waits on its own
+// (docs/CONTRACT.md, "Retry-After"; the web UI keeps the same bound). A
+// longer one (a maintenance window, say) is the caller's to schedule: the
+// call returns the *Error with its RetryAfter instead of blocking the
+// caller, and the key in Meta resumes the intent then.
 const maxRetryAfter = time.Minute
 
 // backoff returns the wait before the attempt after attempt number attempt

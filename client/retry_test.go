@@ -46,7 +46,9 @@ func TestClientParseRetryAfter(t *testing.T) {
 		{"soon", 0},
 		{"Sun, 06 Dec 2026 21:24:18 GMT", 18 * time.Second},
 		{"Sun, 06 Dec 2026 21:23:00 GMT", 0},
-		{"99999999999999999", maxRetryAfter + time.Second},
+		{"3600", time.Hour}, // past maxRetryAfter: reported as the server said
+		{"9223372036", 9223372036 * time.Second},
+		{"99999999999999999", 9223372036 * time.Second}, // the longest Duration in seconds
 	} {
 		if got := parseRetryAfter(tc.in, now); got != tc.want {
 			t.Fatalf("parseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)

@@ -138,8 +138,8 @@ type Event struct {
 	Type          string `json:"type"`
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
-	// IdempotencyKey is the key of the request that caused the event (rule 7:
-	// the operation's identity travels with its effects).
+	// IdempotencyKey is the key of the request that caused the event: the
+	// operation's identity travels with its effects.
 	IdempotencyKey string    `json:"idempotency_key"`
 	OccurredAt     time.Time `json:"occurred_at"`
 	// PublishedAt is nil until the dispatcher has published the event.

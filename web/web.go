@@ -2,9 +2,10 @@
 // embedded in the binary and served by the API at "/", with no build step
 // and nothing loaded from elsewhere (no CDN, no web fonts).
 //
-// The UI is a client of the public API like any other. It shows the brief's
-// rules from the client's side: one Idempotency-Key per intent (rule 1),
-// kept in sessionStorage until the intent has a final answer, and every
+// The UI is a client of the public API like any other. It shows the
+// idempotency contract from the client's side: one Idempotency-Key per
+// business intent, never per attempt, kept in sessionStorage until the
+// intent has a final answer, and every
 // retry of the intent with that same key. In demo mode it also drives the
 // demo endpoints (internal/demo) to break things on purpose and shows, from
 // the provider's own ledger, that the order was charged exactly once.

@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,14 +239,19 @@ func (p *page) noExceptions() {
 	}
 }
 
-// createOrder puts two travel mugs and a dripper into the cart, creates the
-// order and returns its id.
-func (p *page) createOrder() string {
+// fillCart puts two travel mugs and a dripper into the cart.
+func (p *page) fillCart() {
 	p.t.Helper()
 	p.click(`button[data-sku="travel-mug"][data-delta="1"]`)
 	p.click(`button[data-sku="travel-mug"][data-delta="1"]`)
 	p.click(`button[data-sku="ceramic-dripper"][data-delta="1"]`)
 	p.waitJS("the cart total is shown", `document.querySelector('#cart-total').textContent.includes('58')`)
+}
+
+// createOrder fills the cart, creates the order and returns its id.
+func (p *page) createOrder() string {
+	p.t.Helper()
+	p.fillCart()
 	p.click(`#create-order`)
 	p.waitVisible(`#pay-btn`)
 	p.waitJS("the order is created", `document.querySelector('#order-result').dataset.outcome === 'created'`)
@@ -460,6 +469,91 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("the provider's ledger is shown outside demo mode: %q", c)
 		}
 		p.wantOneCharge(p.paymentID())
+		p.noExceptions()
+	})
+
+	// The contract's Retry-After policy (docs/CONTRACT.md, "Retry-After"):
+	// a wait over a minute is not the page's to sit out. A proxy in front of
+	// the service answers the first create as a maintenance page would, 503
+	// with a Retry-After of two minutes: the page neither waits nor retries
+	// on its own, it tells the user, and the user's next press sends the
+	// same key. The Go client's side is client
+	// TestClientLeavesLongRetryAfterToTheCaller.
+	t.Run("LongRetryAfterIsLeftToTheUser", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		service, err := url.Parse(b.baseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forward := httputil.NewSingleHostReverseProxy(service)
+		var (
+			mu      sync.Mutex
+			refused string // the key of the create the proxy refused
+		)
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" {
+				mu.Lock()
+				first := refused == ""
+				if first {
+					refused = r.Header.Get("Idempotency-Key")
+				}
+				mu.Unlock()
+				if first {
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.Header().Set("Retry-After", "120")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					_, _ = w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"code":"service_unavailable","detail":"Down for maintenance."}`))
+					return
+				}
+			}
+			forward.ServeHTTP(w, r)
+		}))
+		t.Cleanup(proxy.Close)
+		behind := *b
+		behind.baseURL = proxy.URL
+		p := openPage(t, browser, &behind, shopReady)
+
+		// Retry-After is the floor of a wait, however long.
+		ctx, cancel := context.WithTimeout(p.ctx, browserTimeout)
+		defer cancel()
+		floors, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](
+			`import('/assets/intent.js').then(m => ['1', '60', '90'].map(ra => m.retryDelay(1, ra, () => 0)))`,
+			chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []float64{1000, 60000, 90000}; !slices.Equal(floors, want) {
+			t.Fatalf("retryDelay after Retry-After 1, 60, 90 = %v ms, want %v", floors, want)
+		}
+
+		p.fillCart()
+		p.click(`#create-order`)
+		p.waitJS("the page reports the wait", `document.querySelector('#order-result').dataset.outcome === 'later'`)
+		if msg := eval[string](p, `document.querySelector('#order-result').textContent`); !strings.Contains(msg, "Down for maintenance.") || !strings.Contains(msg, "retry in 2 min") {
+			t.Fatalf("the page says %q, want the server's detail and the wait", msg)
+		}
+		if n := eval[int](p, `document.querySelectorAll('#order-log li').length`); n != 1 {
+			t.Fatalf("%d attempts in the request log, want 1: the page retried on its own\n%s", n, p.state())
+		}
+		mu.Lock()
+		key := refused
+		mu.Unlock()
+		kept := eval[string](p, `Object.entries(sessionStorage).filter(([k]) => k.startsWith('oncepay.intent.')).map(([, v]) => JSON.parse(v).key).join(' ')`)
+		if key == "" || kept != key {
+			t.Fatalf("intents kept in sessionStorage: %q, want the refused create's key %q", kept, key)
+		}
+		p.screenshot("retry-later")
+
+		// The user comes back: the same key creates the order, once.
+		p.click(`#create-order`)
+		p.waitJS("the order is created", `document.querySelector('#order-result').dataset.outcome === 'created'`)
+		if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE operation = 'orders.create' AND idempotency_key = $1`, key); n != 1 {
+			t.Fatalf("records of the refused key = %d, want 1: the retry used another key", n)
+		}
+		if n := b.count(t, `SELECT count(*) FROM orders`); n != 1 {
+			t.Fatalf("orders = %d, want 1", n)
+		}
 		p.noExceptions()
 	})
 

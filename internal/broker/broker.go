@@ -2,9 +2,10 @@
 // the API runs when no NATS_URL is configured, and the declaration of the
 // event stream.
 //
-// It implements the broker half of rule 8: JetStream deduplicates by message
-// id (the Nats-Msg-Id header, which the outbox sets to the event id) inside a
-// duplicate window, and that is an optimisation, never the guarantee. A
+// A broker's "exactly once" never replaces idempotent side effects:
+// JetStream deduplicates by message id (the Nats-Msg-Id header, which the
+// outbox sets to the event id) inside a duplicate window, and that is an
+// optimisation, never the guarantee. A
 // message published again after the window, a redelivery after a lost ack,
 // or an operator's replay all reach consumers again; their inbox makes them
 // harmless.

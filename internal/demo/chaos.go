@@ -15,7 +15,7 @@ const HeaderChaos = "X-Demo-Chaos"
 
 // ChaosLoseResponse runs the request to its end (committed, stored as the
 // idempotent answer) and then closes the connection without a byte of the
-// answer: drill 1, "the server commits but the response never arrives".
+// answer: the server commits but the response never arrives.
 const ChaosLoseResponse = "lose-response"
 
 // Chaos is the middleware behind X-Demo-Chaos. Mount it on the whole API

@@ -22,7 +22,8 @@
 //     event, through a function injected at construction.
 //   - the X-Demo-Chaos request header (Handler.Chaos): "lose-response" runs
 //     the request to its end, then closes the connection unanswered, so the
-//     client sees what drill 1 describes and its retry gets the replay.
+//     client sees a commit whose response never arrived, and its retry
+//     gets the replay.
 //
 // They exist only in demo mode because they reveal internals (the provider's
 // ledger, idempotency keys) and let a caller break the provider on purpose;
@@ -58,7 +59,7 @@ import (
 )
 
 // ReplayFunc republishes one outbox event, as an operator would: consumers
-// receive the same message id again and must ignore it (rule 6).
+// receive the same message id again and must ignore it (their inbox).
 type ReplayFunc func(ctx context.Context, eventID uuid.UUID) error
 
 // Handler serves the demo endpoints and the chaos middleware.

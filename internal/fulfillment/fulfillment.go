@@ -3,12 +3,13 @@
 // fulfilled and records a receipt; when a refund succeeds it records a
 // refund notice.
 //
-// It implements the consumer half of rule 6 and rule 8. Every message is
+// A consumer records the message id in its own transaction, and that, not
+// the broker's deduplication, makes a duplicate harmless. Every message is
 // handled in one transaction that first claims the message id in the inbox
 // (internal/inbox) and then does the work; the ack is sent only after that
 // transaction committed. A message that arrives again (JetStream redelivers
-// when an ack is lost, as in drill 4; the outbox publishes again after a
-// dispatcher crash or beyond the duplicate window, as in drill 6; an
+// when the consumer committed and died before its ack; the outbox publishes
+// again after a dispatcher crash or beyond the duplicate window; an
 // operator replays it) finds its inbox row, commits nothing, and is acked.
 //
 // The orders package owns stock and the order's status: fulfillment asks it
@@ -122,8 +123,8 @@ func (c config) withDefaults() config {
 type Hooks struct {
 	// AfterCommit runs after a message's transaction committed (or found a
 	// duplicate) and before the ack. An error skips the ack, as a crash
-	// would (drill 4): JetStream delivers the message again after the ack
-	// wait (WithAckWait).
+	// would: JetStream delivers the message again after the ack wait
+	// (WithAckWait).
 	AfterCommit func(messageID string, outcome Outcome) error
 }
 

@@ -17,21 +17,27 @@ import (
 
 // ErrorHandler is echo's HTTPErrorHandler: the one place where an error
 // becomes a response. A 5xx body says nothing internal; the log says
-// everything. New installs it; a feature's handlers served on their own echo
-// (in that feature's tests) install it too, so they answer exactly as the
-// service does.
+// everything, once: behind the request logger (New, Starting) the error
+// goes on the request's own line, and only a request that no request
+// logger sees (a feature's handlers served on their own echo, in that
+// feature's tests, which install this handler so that they answer exactly
+// as the service does) gets a line of its own here.
 func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		pe := toProblem(err)
 		status := problem.Status(pe.Code)
-		// A shed request is the service working as designed, counted in
-		// oncepay_http_shed_total: one error line each would add to the
-		// load exactly when there is too much of it.
-		if status >= 500 && pe.Code != problem.Overloaded {
-			logger.ErrorContext(c.Request().Context(), "request failed",
-				"error", err.Error(),
-				"request_id", c.Response().Header().Get(echo.HeaderXRequestID),
-				"method", wire.Loggable(c.Request().Method), "path", wire.Loggable(c.Request().URL.Path))
+		// Behind requestLogger, the request's line logs err.
+		rendered, behindLogger := c.Get(renderedErrorKey).(*error)
+		if behindLogger {
+			*rendered = err
+		}
+		if isFailure(pe) {
+			if !behindLogger {
+				logger.ErrorContext(c.Request().Context(), "request failed",
+					"error", err.Error(),
+					"request_id", c.Response().Header().Get(echo.HeaderXRequestID),
+					"method", wire.Loggable(c.Request().Method), "path", wire.Loggable(c.Request().URL.Path))
+			}
 			if pe.Code == problem.Internal {
 				pe = &problem.Error{Code: problem.Internal, Detail: "Something went wrong on our side. It was logged; retrying with the same Idempotency-Key is safe."}
 			}
@@ -54,6 +60,20 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			_, _ = c.Response().Write(pe.JSON())
 		}
 	}
+}
+
+// renderedErrorKey is where requestLogger gives ErrorHandler a place for
+// the error it renders, so that the request's line logs it, whoever called
+// the handler: requestLogger itself, echo's Recover after a panic, or the
+// demo's lost answer.
+const renderedErrorKey = "httpapi.rendered_error"
+
+// isFailure says whether pe is a failure of the service, logged at ERROR
+// with its cause: a 5xx, except a shed request. That one is the service
+// working as designed, counted in oncepay_http_shed_total: one error line
+// each would add to the load exactly when there is too much of it.
+func isFailure(pe *problem.Error) bool {
+	return problem.Status(pe.Code) >= 500 && pe.Code != problem.Overloaded
 }
 
 // toProblem classifies err: an application error as it is, a database that

@@ -73,25 +73,30 @@ func traceRequest(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// requestLogger writes one JSON log line per request. Every value in it
-// that the client chose is bounded (wire.Loggable), and the idempotency key
-// is logged as the key only when it is valid. The request id (one
+// requestLogger writes one JSON log line per request, and it is the only
+// line of a request that failed: at ERROR for a 5xx (a shed request is a
+// WARN), with the error ErrorHandler rendered and its code. Every value in
+// it that the client chose is bounded (wire.Loggable), and the idempotency
+// key is logged as the key only when it is valid. The request id (one
 // transport attempt, for tracing) and the idempotency key (one business
-// intent, for correctness) are separate fields: rule 1 says never to confuse
-// them, and a replay shows up as a new request id with an old key.
+// intent, for correctness) are separate fields, never one for the other:
+// a replay shows up as a new request id with an old key.
 func requestLogger(logger *slog.Logger, observe func(method, route string, status int, d time.Duration)) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
-			err := next(c)
-			if err != nil {
+			var rendered error // what ErrorHandler answered with, if anything
+			c.Set(renderedErrorKey, &rendered)
+			if err := next(c); err != nil {
 				c.Error(err) // render now, so the status below is the real one
 			}
 			req, res := c.Request(), c.Response()
-			observe(metricMethod(req.Method), metricRoute(c), res.Status, time.Since(start))
+			route := metricRoute(c)
+			observe(metricMethod(req.Method), route, res.Status, time.Since(start))
 			attrs := []slog.Attr{
 				slog.String("method", wire.Loggable(req.Method)),
 				slog.String("path", wire.Loggable(req.URL.Path)),
+				slog.String("route", route),
 				slog.Int("status", res.Status),
 				slog.Duration("duration", time.Since(start)),
 				slog.String("request_id", res.Header().Get(echo.HeaderXRequestID)),
@@ -111,15 +116,21 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 			if t := tenants.FromContext(c); t.Slug != "" {
 				attrs = append(attrs, slog.String("tenant", t.Slug))
 			}
-			if err != nil {
-				attrs = append(attrs, slog.String("code", string(toProblem(err).Code)))
-			}
 			level := slog.LevelInfo
-			switch {
-			case err != nil && problem.CodeOf(err) == problem.Overloaded:
-				level = slog.LevelWarn // shed by design (admission.go), not a failure
-			case res.Status >= 500:
-				level = slog.LevelError
+			if rendered != nil {
+				pe := toProblem(rendered)
+				attrs = append(attrs, slog.String("code", string(pe.Code)))
+				switch {
+				case pe.Code == problem.Overloaded:
+					level = slog.LevelWarn // shed by design (admission.go), not a failure
+				case isFailure(pe):
+					// Also when the answer was sent before the error.
+					attrs = append(attrs, slog.String("error", rendered.Error()))
+					level = slog.LevelError
+				}
+			}
+			if res.Status >= 500 && level == slog.LevelInfo {
+				level = slog.LevelError // a 5xx a handler wrote itself
 			}
 			logger.LogAttrs(req.Context(), level, "request", attrs...)
 			return nil

@@ -100,7 +100,8 @@ func WithAdmission(a *Admission) Option {
 // /metrics, receiver the provider's webhooks, tenantSvc authenticates the
 // /v1 routes, which orderAPI, paymentAPI and eventAPI serve; demoAPI serves
 // the demo-mode endpoints and the X-Demo-Chaos middleware (outside demo mode
-// they answer 404). logger gets one line per request and every 5xx.
+// they answer 404). logger gets one line per request; a 5xx's is at ERROR
+// and carries its cause.
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {

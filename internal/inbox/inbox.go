@@ -1,11 +1,11 @@
-// Package inbox is the consumer half of rule 6: a consumer records the id of
-// every message it processes in processed_messages, in the same transaction
-// as the message's effect. The first delivery inserts the row and does the
-// work; every later delivery of the same message (a redelivery after a lost
-// ack, a publish after the broker's duplicate window, an operator's replay)
-// conflicts on the primary key, and the consumer acks it without doing
-// anything. This, not the broker's deduplication, is what makes duplicate
-// deliveries harmless (rule 8).
+// Package inbox is the consumer half of the outbox: a consumer records the
+// id of every message it processes in processed_messages, in the same
+// transaction as the message's effect. The first delivery inserts the row
+// and does the work; every later delivery of the same message (a
+// redelivery after a lost ack, a publish after the broker's duplicate
+// window, an operator's replay) conflicts on the primary key, and the
+// consumer acks it without doing anything. This, not the broker's
+// deduplication, is what makes duplicate deliveries harmless.
 //
 // Rows must be kept at least as long as a message may be delivered again.
 // The broker's horizon is the event stream's max age (broker.DefaultMaxAge,

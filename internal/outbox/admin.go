@@ -163,9 +163,9 @@ type ReplayResult struct {
 // Replay publishes a stored event again, directly (whatever the
 // dispatcher's bookkeeping says; published_at is left alone), with its
 // original id as Nats-Msg-Id, and waits for the PubAck. It is the operator's
-// tool when a consumer missed an event, and the demonstration of rule 8: a
-// replay is harmless because consumers deduplicate by message id
-// themselves. An unknown id is ErrNotFound.
+// tool when a consumer missed an event, and the demonstration that the
+// broker's deduplication is not the guarantee: a replay is harmless because
+// consumers deduplicate by message id themselves. An unknown id is ErrNotFound.
 func (a *Admin) Replay(ctx context.Context, id uuid.UUID) (ReplayResult, error) {
 	if a.js == nil {
 		return ReplayResult{}, errors.New("replay: no broker connection")

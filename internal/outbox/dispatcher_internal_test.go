@@ -45,12 +45,12 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 	defaults := dispatcherConfig{
 		batchSize: 500, lease: 30 * time.Second, pollInterval: time.Second, publishTimeout: 10 * time.Second,
 		maxAttempts: 10, concurrency: 2, backoffBase: time.Second, backoffMax: 5 * time.Minute,
-		dbTimeout: 5 * time.Second, listenCheck: 30 * time.Second, atomicMin: DefaultAtomicMin, linger: DefaultLinger,
+		dbTimeout: 5 * time.Second, atomicMin: DefaultAtomicMin, linger: DefaultLinger,
 	}
 	set := dispatcherConfig{
 		batchSize: 7, lease: time.Minute, pollInterval: 2 * time.Second, publishTimeout: 3 * time.Second,
 		maxAttempts: 4, concurrency: 5, backoffBase: 6 * time.Second, backoffMax: 7 * time.Minute,
-		dbTimeout: 8 * time.Second, listenCheck: 9 * time.Second, atomicMin: 11, atomicSet: true,
+		dbTimeout: 8 * time.Second, atomicMin: 11, atomicSet: true,
 		linger: 12 * time.Millisecond, lingerSet: true,
 	}
 	// WithAtomicBatches' 0 is a value (never atomic), not "the default".
@@ -69,12 +69,12 @@ func TestDispatcherDefaultsAndOptions(t *testing.T) {
 		{"not positive", []DispatcherOption{
 			WithBatchSize(0), WithLease(-1), WithPollInterval(0), WithPublishTimeout(0),
 			WithMaxAttempts(-1), WithConcurrency(0), WithBackoff(0, -1),
-			WithDatabaseTimeout(0), WithListenCheck(-1),
+			WithDatabaseTimeout(0),
 		}, defaults},
 		{"options", []DispatcherOption{
 			WithBatchSize(7), WithLease(time.Minute), WithPollInterval(2 * time.Second), WithPublishTimeout(3 * time.Second),
 			WithMaxAttempts(4), WithConcurrency(5), WithBackoff(6*time.Second, 7*time.Minute),
-			WithDatabaseTimeout(8 * time.Second), WithListenCheck(9 * time.Second), WithAtomicBatches(11),
+			WithDatabaseTimeout(8 * time.Second), WithAtomicBatches(11),
 			WithLinger(12 * time.Millisecond),
 		}, set},
 		{"never atomic", []DispatcherOption{WithAtomicBatches(0)}, never},

@@ -1,4 +1,4 @@
-// Package outbox is the producer half of rule 6, the transactional outbox: a
+// Package outbox is the producer half of the transactional outbox: a
 // feature appends its event (Append) in the same transaction as its state
 // change, so the event exists if and only if the change committed.
 //
@@ -6,7 +6,7 @@
 // the event id as the broker's message id; several dispatchers may run at
 // once. Publishing at least once means duplicates: JetStream drops those it
 // sees within its duplicate window, and consumers' inboxes make every other
-// one harmless (rule 8: broker deduplication never replaces idempotent side
+// one harmless (broker deduplication never replaces idempotent side
 // effects). Admin holds the operator's actions (retry a stuck event, replay
 // a published one); Handler serves GET /v1/events.
 //
@@ -43,7 +43,7 @@ type Event struct {
 	AggregateType string
 	AggregateID   uuid.UUID
 	// IdempotencyKey is the key of the request that caused the event: the
-	// operation identity travels downstream with the event (rule 7).
+	// operation identity travels downstream with the event.
 	IdempotencyKey string
 	OccurredAt     time.Time
 	// Payload is encoded as JSON; a json.RawMessage is taken as encoded

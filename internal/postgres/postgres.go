@@ -1,8 +1,9 @@
 // Package postgres owns the connection pool, the transaction helper, the
 // classification of PostgreSQL errors and the schema migrations.
 //
-// Rule 3 of the service rests on it: the dedup decision, the business mutation,
-// the outbox row and the stored response commit in one transaction run by InTx.
+// The service's deduplication rests on it: the dedup decision, the business
+// mutation, the outbox row and the stored response commit in one transaction
+// run by InTx, and a unique constraint decides races.
 package postgres
 
 import (

@@ -1,8 +1,8 @@
 // Package retention decides how long the service remembers what it has done,
 // and forgets the rest in small batches.
 //
-// It implements rule 5: keys are kept for the full replay horizon of the
-// business process, not the shortest queue window. The horizons over which
+// Keys are kept for the full replay horizon of the business process, not
+// the shortest queue window. The horizons over which
 // the same intent may arrive again are declared (Horizons), every kind of
 // dedup record has a retention (Policy), and Check refuses to start a service
 // whose retention is shorter than a horizon it must cover. The Sweeper then

@@ -1,6 +1,6 @@
 // Package tenants owns tenants, their API keys and the authentication of
 // requests. The tenant a key names is the outermost scope of every
-// idempotency key and every resource (rule 2): nothing is looked up without it.
+// idempotency key and every resource: nothing is looked up without it.
 //
 // No other package touches the tenants and api_keys tables: their queries
 // are in internal/tenants/internal/dbsqlc.

@@ -79,7 +79,8 @@ const (
 )
 
 // EventDuplicate is the span event of a consumer's inbox that found the
-// message processed already: a redelivery, skipped (rule 8).
+// message processed already: a redelivery, skipped by the consumer itself,
+// whatever the broker deduplicated.
 const EventDuplicate = "inbox duplicate, skipped"
 
 // Disabled is the tracer provider of a service without tracing: every span

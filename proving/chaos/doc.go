@@ -46,5 +46,9 @@
 // histories with one violation each.
 //
 // It implements no rule of the brief itself; it is the evidence for all of
-// them (rules 3, 6, 7 and 8 above all), and docs/RELIABILITY.md explains it.
+// them, above all that the dedup decision commits with the mutation, that
+// events leave through an outbox and are consumed through an inbox, that
+// the operation's identity reaches the provider, and that the broker's
+// deduplication never replaces idempotent effects. docs/RELIABILITY.md
+// explains it.
 package chaos

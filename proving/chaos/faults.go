@@ -270,7 +270,7 @@ type trap struct {
 var (
 	// markTrap: events a dispatcher has claimed (leased) and so is
 	// publishing, not yet marked; its mark, UPDATE ... SET published_at,
-	// waits (drill 6).
+	// waits, so that a dispatcher dies between publish and mark.
 	markTrap = trap{
 		lock: `SELECT id FROM outbox_events
 			WHERE tenant_id = $1 AND published_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()
@@ -278,7 +278,8 @@ var (
 		waiting: []string{"%SET published_at%"},
 	}
 	// recordTrap: pending payments and refunds; the provider has answered
-	// and phase 2 (or the webhook worker) records the outcome (drill 7):
+	// and phase 2 (or the webhook worker) records the outcome, so that a
+	// process dies after the provider's call and before its record:
 	// statement by statement, or in phase 2's first batch (...Queued).
 	recordTrap = trap{
 		lock:    `SELECT id FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
@@ -518,7 +519,8 @@ func (e *executor) killDispatcher(ctx context.Context, down time.Duration) error
 
 // killRecorder kills an API process after the provider charged or
 // refunded and before it recorded the outcome (recordTrap,
-// refundRecordTrap): the crash of drill 7, every time.
+// refundRecordTrap): the crash after the external call and before its
+// record, every time.
 func (e *executor) killRecorder(ctx context.Context, down time.Duration) error {
 	victim, _, err := e.spring(ctx, recordTrap, refundRecordTrap)
 	switch {

@@ -17,8 +17,9 @@ type FaultKind string
 const (
 	// ResponseDropped: the proxy forwards a POST, the API commits and
 	// answers, and the proxy closes the client's connection (RST) instead of
-	// relaying the answer (drill 1). The client's retry must get the stored
-	// answer, never a second effect.
+	// relaying the answer: the server committed, the response never
+	// arrives. The client's retry must get the stored answer, never a
+	// second effect.
 	ResponseDropped FaultKind = "response_dropped"
 	// ConnectionReset: the proxy resets the client's connection before the
 	// request reaches any API. The retry is the first execution.
@@ -26,7 +27,7 @@ const (
 	// APIKilled: SIGKILL of one API process mid-load and its restart on the
 	// same port. Requests in flight are cut (the proxy answers 502), pending
 	// claims stay leased until a retry or the recoverer takes them over
-	// (drill 7 for real).
+	// (a crash after an external call, for real).
 	APIKilled FaultKind = "api_killed"
 	// BackendsTerminated: pg_terminate_backend on every connection of the
 	// APIs (application_name = 'oncepay'): transactions in flight abort, the
@@ -41,7 +42,7 @@ const (
 	// RecorderKilled: the API process that is recording a provider's answer
 	// (phase 2 of a payment or refund, or the webhook worker applying it) is
 	// SIGKILLed right there: the money moved and we have no record of it yet
-	// (drill 7, caught in the act instead of by chance). A retry, the other
+	// (caught in the act instead of by chance). A retry, the other
 	// process's recoverer or the webhook must find the charge by reference.
 	RecorderKilled FaultKind = "api_killed_after_provider_call"
 	// ProviderFailed: the provider answers 503 before charging
@@ -55,15 +56,15 @@ const (
 	// unanswered (drop_next and drop_rate): charge-then-drop.
 	ProviderDropped FaultKind = "provider_charge_then_drop"
 	// WebhookDuplicated: the provider delivers a webhook again with the same
-	// delivery id (drill 5). Counted per extra delivery.
+	// delivery id. Counted per extra delivery.
 	WebhookDuplicated FaultKind = "webhook_duplicated"
 	// WebhookReordered: the provider delivers the webhooks of one batch
 	// window in reverse order. Counted per window.
 	WebhookReordered FaultKind = "webhook_reorder_window"
 	// DispatcherKilled: the API process whose outbox dispatcher published a
-	// batch and is waiting to mark it published is SIGKILLed right there
-	// (drill 6): the events are published again after the lease and the
-	// consumers' inbox absorbs the duplicates.
+	// batch and is waiting to mark it published is SIGKILLed right there:
+	// the events are published again after the lease and the consumers'
+	// inbox absorbs the duplicates.
 	DispatcherKilled FaultKind = "dispatcher_killed_between_publish_and_mark"
 	// MarkBlocked: a dispatcher's mark was held up past its lock timeout
 	// (when no process could be caught to kill): the mark fails, which the
@@ -77,7 +78,8 @@ const (
 	// catches up.
 	BrokerKilled FaultKind = "broker_killed"
 	// OperatorReplayed: `api outbox replay <event-id>` of a published event:
-	// the consumers get it again and must ignore it (rule 8).
+	// the consumers get it again and must ignore it: their inbox, not the
+	// broker's deduplication, makes it harmless.
 	OperatorReplayed FaultKind = "operator_replay"
 	// PostgresKilled: SIGKILL of the postmaster under load (every second
 	// time of every server process at once), down for 0.2-2 s, then started

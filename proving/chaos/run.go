@@ -87,7 +87,8 @@ type Config struct {
 	// ProviderKeyRetention is how long the provider simulator remembers an
 	// idempotency key (default 5s, where Stripe keeps 24h): every resumed
 	// attempt meets a provider that has forgotten its key and must find its
-	// charge by reference (rule 5: our horizon, not the provider's).
+	// charge by reference (keys live for our replay horizon, not the
+	// provider's).
 	ProviderKeyRetention time.Duration
 	// SettleTimeout bounds each settle phase (default 3m).
 	SettleTimeout time.Duration

@@ -6,8 +6,8 @@
 //
 // # Why it exists
 //
-// Rule 7 of the service says that the same operation identity is passed
-// downstream: when oncepay charges a card it sends the provider an
+// The service passes the same operation identity downstream: when
+// oncepay charges a card it sends the provider an
 // Idempotency-Key derived from its own operation, so that a repeated call
 // (after a timeout, a crash or a dropped connection) is harmless. That only
 // holds while the provider still remembers the key. Real providers keep keys

@@ -57,6 +57,25 @@ function banner(text) {
   el.banner.textContent = text || '';
 }
 
+/** A wait in words: 90 s, 5 min, 2 h. */
+function duration(ms) {
+  const s = Math.ceil(ms / 1000);
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return `${Math.round(s / 3600)} h`;
+}
+
+/**
+ * What the user reads when the server asked for a wait longer than the page
+ * waits on its own (intent.js, RETRY.maxRetryAfterMs): the intent and its
+ * key are kept, and the next press retries with them.
+ */
+function laterText({ ms, answer }) {
+  const said = problemText(answer).replace(/[.\s]*$/, '.');
+  return `${said} The service asks to retry in ${duration(ms)}: too long to wait here. ` +
+    'Nothing is lost: the key is kept, and pressing the button again then retries with it.';
+}
+
 function problemText(answer) {
   const b = answer.body || {};
   const fields = Array.isArray(b.errors) ? b.errors.map((e) => `${e.field} ${e.message}`).join('; ') : '';
@@ -244,9 +263,9 @@ function requestLog(list, label = '') {
       const took = () => `${Math.round(performance.now() - started)} ms`;
       const retryText = (ms) => (ms == null ? '' : `retry in ${(ms / 1000).toFixed(1)} s, same key`);
       return {
-        answered(a, retryMs) {
+        answered(a, retryMs, laterMs) {
           const code = problemCode(a);
-          li.dataset.state = retryMs != null ? 'retry' : a.ok ? 'ok' : 'final-error';
+          li.dataset.state = retryMs != null ? 'retry' : laterMs != null ? 'later' : a.ok ? 'ok' : 'final-error';
           li.dataset.status = String(a.status);
           if (a.replayed) li.dataset.replayed = 'true';
           replace(outcome,
@@ -255,7 +274,7 @@ function requestLog(list, label = '') {
             a.replayed ? h('span', { class: 'chip chip-replay' }, 'Idempotent-Replayed') : null,
             a.retryAfter ? h('span', { class: 'muted' }, `Retry-After ${a.retryAfter}`) : null,
             h('span', { class: 'muted' }, took()));
-          next.textContent = retryText(retryMs);
+          next.textContent = laterMs != null ? `retry in ${duration(laterMs)}: yours to press, same key` : retryText(retryMs);
           if (a.requestId) {
             rid.textContent = `request ${short(a.requestId)}`;
             rid.title = `X-Request-Id ${a.requestId}: one per attempt`;
@@ -305,8 +324,12 @@ async function createOrder() {
   const gen = state.gen;
   try {
     const run = new IntentRun();
-    const { answer } = await submit(state.api, intent, run, requestLog(el['order-log']));
+    const { answer, later } = await submit(state.api, intent, run, requestLog(el['order-log']));
     if (gen !== state.gen) return;
+    if (later) {
+      setResult(el['order-result'], 'warn', 'later', laterText(later));
+      return;
+    }
     if (!answer) {
       setResult(el['order-result'], 'warn', 'unresolved',
         'No answer after several attempts. The order may exist; press the button again to retry with the same key.');
@@ -437,9 +460,15 @@ async function pay(ev) {
     const submits = chaos === 'double-submit'
       ? ['A', 'B'].map((label) => submit(state.api, intent, run, requestLog(el['pay-log'], label)))
       : [submit(state.api, intent, run, requestLog(el['pay-log']), { chaos: chaos === 'lose-response' ? 'lose-response' : '' })];
-    await Promise.all(submits);
+    const results = await Promise.all(submits);
     if (gen !== state.gen) return;
     const answer = run.final;
+    const later = results.find((r) => r.later)?.later;
+    if (!answer && later) {
+      el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
+      setResult(el['pay-result'], 'warn', 'later', laterText(later));
+      return;
+    }
     if (!answer) {
       el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
       setResult(el['pay-result'], 'warn', 'unresolved',
@@ -590,8 +619,12 @@ async function refund(ev) {
   const gen = state.gen;
   try {
     const run = new IntentRun();
-    const { answer } = await submit(state.api, intent, run, requestLog(el['refund-log']));
+    const { answer, later } = await submit(state.api, intent, run, requestLog(el['refund-log']));
     if (gen !== state.gen) return;
+    if (later) {
+      setResult(el['refund-result'], 'warn', 'later', laterText(later));
+      return;
+    }
     if (!answer) {
       setResult(el['refund-result'], 'warn', 'unresolved', 'No final answer yet. Press the button to retry with the same key; it cannot refund twice.');
       return;

@@ -14,8 +14,11 @@ export const RETRY = Object.freeze({
   maxAttempts: 6,
   baseMs: 400,
   capMs: 8000,
-  // Retry-After is honoured up to this; a server asking for more is
-  // waited for this long.
+  // The longest Retry-After a submit waits for on its own. A server asking
+  // for more (a maintenance window, say) is the user's to come back to:
+  // submit stops and reports the wait, and the intent keeps its key for
+  // that retry (docs/CONTRACT.md, "Retry-After"; the Go client keeps the
+  // same bound).
   maxRetryAfterMs: 60000,
 });
 
@@ -56,14 +59,15 @@ export function parseRetryAfter(value, now = Date.now()) {
 /**
  * How long to wait before attempt n+1, after attempt n (1-based): capped
  * exponential backoff with jitter, and never less than the server's
- * Retry-After.
+ * Retry-After, however long (submit does not wait past
+ * RETRY.maxRetryAfterMs: it reports the wait instead).
  */
 export function retryDelay(n, retryAfter, random = Math.random) {
   const exp = Math.min(RETRY.capMs, RETRY.baseMs * 2 ** (n - 1));
   const backoff = Math.round(exp / 2 + (random() * exp) / 2);
   const asked = parseRetryAfter(retryAfter);
   if (asked === null) return backoff;
-  return Math.max(backoff, Math.min(asked, RETRY.maxRetryAfterMs));
+  return Math.max(backoff, asked);
 }
 
 /** Intents in sessionStorage: one per (tenant, kind, scope). */
@@ -139,15 +143,19 @@ function wait(ms, signal) {
 }
 
 /**
- * Submit an intent until it has a final answer or the attempts run out.
- * log.attempt({n, chaos}) returns an entry with answered(answer, retryMs),
- * lost(error, retryMs) and skipped(); retryMs is null when no retry follows.
- * chaos, when set, is sent as X-Demo-Chaos on the first attempt only.
- * @returns {Promise<{answer: object|null, exhausted: boolean}>}
+ * Submit an intent until it has a final answer, the attempts run out, or
+ * the server asks for a wait longer than RETRY.maxRetryAfterMs: then
+ * submit returns at once with that answer and its wait as later, for the
+ * user to retry then with the intent's key. log.attempt({n, chaos})
+ * returns an entry with answered(answer, retryMs, laterMs) and
+ * lost(error, retryMs); retryMs is null when no retry follows, laterMs
+ * is the wait left to the user. chaos, when set, is sent as X-Demo-Chaos
+ * on the first attempt only.
+ * @returns {Promise<{answer: object|null, exhausted: boolean, later: {ms: number, answer: object}|null}>}
  */
 export async function submit(api, intent, run, log, { chaos = '' } = {}) {
   for (let n = 1; n <= RETRY.maxAttempts; n++) {
-    if (run.final) return { answer: run.final, exhausted: false };
+    if (run.final) return { answer: run.final, exhausted: false, later: null };
     const headers = { 'Idempotency-Key': intent.key };
     if (chaos && n === 1) headers['X-Demo-Chaos'] = chaos;
     const entry = log.attempt({ n, chaos: headers['X-Demo-Chaos'] || '' });
@@ -164,16 +172,21 @@ export async function submit(api, intent, run, log, { chaos = '' } = {}) {
     }
     if (isFinal(answer)) {
       run.finish(answer);
-      entry.answered(answer, null);
-      return { answer, exhausted: false };
+      entry.answered(answer, null, null);
+      return { answer, exhausted: false, later: null };
+    }
+    const asked = parseRetryAfter(answer.retryAfter);
+    if (asked !== null && asked > RETRY.maxRetryAfterMs) {
+      entry.answered(answer, null, asked);
+      return { answer: null, exhausted: false, later: { ms: asked, answer } };
     }
     const ms = last ? null : retryDelay(n, answer.retryAfter);
-    entry.answered(answer, ms);
+    entry.answered(answer, ms, null);
     if (last || !(await wait(ms, run.signal))) break;
   }
   if (run.final) {
     log.superseded();
-    return { answer: run.final, exhausted: false };
+    return { answer: run.final, exhausted: false, later: null };
   }
-  return { answer: null, exhausted: true };
+  return { answer: null, exhausted: true, later: null };
 }

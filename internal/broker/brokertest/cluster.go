@@ -306,17 +306,6 @@ func (c *Cluster) notReady() string {
 	return ""
 }
 
-// StreamLeader returns the index of the server that leads stream (in the
-// global account, where the tests' clients are), -1 while none does.
-func (c *Cluster) StreamLeader(stream string) int {
-	for i := range c.nodes {
-		if s := c.Server(i); s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return i
-		}
-	}
-	return -1
-}
-
 // serverLogger routes nats-server's warnings and errors to slog (the test
 // log: many while a server is down, routes refused and elections).
 type serverLogger struct{ l *slog.Logger }

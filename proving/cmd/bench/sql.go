@@ -23,19 +23,20 @@ import (
 // hold them (internal/idempotency/internal/dbsqlc,
 // internal/orders/internal/dbsqlc, internal/outbox/internal/dbsqlc): the
 // floor runs the same SQL text. Those packages are reachable from their
-// features only, so the text is repeated here; when a query of the create
-// path changes, change it here too.
+// features only, so the text is repeated here, each constant named sql
+// and the query it copies; TestFloorSQLIsTheServices fails when one
+// drifts from the generated query (db/queries, then `make generate`).
 const (
-	sqlIdempotencyGet = `SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at FROM api_idempotency
+	sqlIdempotencyGet = `SELECT tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context FROM api_idempotency
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
 	sqlIdempotencyInsert = `INSERT INTO api_idempotency (
     tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
-    locked_until, request_id, created_at, updated_at, expires_at
+    locked_until, request_id, created_at, updated_at, expires_at, trace_context
 ) VALUES (
-    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8
+    $1, $2, $3, $4, 'pending', 'started', $5, $6, $7, $7, $8, $9
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at`
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context`
 	sqlProductGetMany = `SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])`
 	sqlOrderInsert    = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
@@ -43,12 +44,12 @@ ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at`
 	sqlOrderItemsInsert = `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
 SELECT o.tenant_id, o.id,
-       unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
-       unnest($6::int[]), unnest($7::bigint[]), unnest($8::bigint[])
+       unnest($1::int[]), unnest($2::text[]), unnest($3::text[]),
+       unnest($4::int[]), unnest($5::bigint[]), unnest($6::bigint[])
 FROM orders o
-WHERE o.tenant_id = $1::uuid AND o.id = $2::uuid`
-	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+WHERE o.tenant_id = $7::uuid AND o.id = $8::uuid`
+	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	// sqlOrderInsertQueued is OrderInsertQueued: no ON CONFLICT (a taken
 	// key fails the batch), nothing returned.
 	sqlOrderInsertQueued = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
@@ -204,6 +205,9 @@ func (s *sqlCreate) lookup(ctx context.Context, db *pgxpool.Pool, key string) (s
 func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
+	// What the service stores as the trace context of a request it does not
+	// trace (tracing.Capture).
+	var noTrace []byte
 
 	// The fast path: a fresh key has no record.
 	if _, err := s.lookup(ctx, s.floor, key); !errors.Is(err, pgx.ErrNoRows) {
@@ -213,7 +217,7 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 	return postgres.InTx(ctx, s.floor, func(tx pgx.Tx) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		leaseUntil := now.Add(s.lease)
-		rows, err := tx.Query(ctx, sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention))
+		rows, err := tx.Query(ctx, sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention), noTrace)
 		if err != nil {
 			return fmt.Errorf("claim key: %w", err)
 		}
@@ -263,7 +267,7 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 			Scan(&orderID, &ignoredTenant, &ignoredKey, &ignoredHash, &status, &ignoredCurrency, &ignoredTotal, &createdAt, &ignoredUpdatedAt); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, s.tenantID, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}); err != nil {
+		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}, s.tenantID, orderID); err != nil {
 			return fmt.Errorf("insert order items: %w", err)
 		}
 		body, err := json.Marshal(sqlOrderJSON{
@@ -278,7 +282,7 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 		if err != nil {
 			return fmt.Errorf("event id: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now); err != nil {
+		if _, err := tx.Exec(ctx, sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now, noTrace); err != nil {
 			return fmt.Errorf("append event: %w", err)
 		}
 		location := "/v1/orders/" + orderID.String()
@@ -303,6 +307,9 @@ func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
 func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
 	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
+	// What the service stores as the trace context of a request it does not
+	// trace (tracing.Capture).
+	var noTrace []byte
 	conn, err := s.floor.Acquire(ctx)
 	if err != nil {
 		return err
@@ -331,7 +338,7 @@ func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
 		products            int
 	)
 	first.Queue("BEGIN")
-	first.Queue(sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention)).Query(func(rows pgx.Rows) error {
+	first.Queue(sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention), noTrace).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			claimed++
 		}
@@ -378,8 +385,8 @@ func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
 	status201, resourceType := int32(201), "order"
 	var second pgx.Batch
 	second.Queue(sqlOrderInsertQueued, orderID, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now)
-	second.Queue(sqlOrderItemsInsert, s.tenantID, orderID, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount})
-	second.Queue(sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now)
+	second.Queue(sqlOrderItemsInsert, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}, s.tenantID, orderID)
+	second.Queue(sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now, noTrace)
 	second.Queue(sqlIdempotencyFinish, string(idempotency.StateCompleted), &status201, headers, body,
 		&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key)
 	second.Queue("COMMIT")
