@@ -8,7 +8,7 @@
 //	           sends them (the lookup, then two pipelined batches with
 //	           COMMIT in the second: three round trips), fresh key each
 //	           time, through pgx
-//	sql-naive  the same statements a round trip each (nine round trips)
+//	sql-naive  the same statements a round trip each (eleven round trips)
 //	http       the create's HTTP exchange alone: the same client and
 //	           request against a server, in a process of its own, that only
 //	           answers with a fixed order (bare.go)

@@ -37,11 +37,14 @@ WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
 )
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context`
-	sqlProductGetMany = `SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])`
-	sqlOrderInsert    = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-RETURNING id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at`
+	sqlProductGetMany                = `SELECT tenant_id, sku, name, unit_amount, currency, stock FROM products WHERE tenant_id = $1 AND sku = ANY($2::text[])`
+	sqlOrderGetByIdempotencyKey      = `SELECT id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at FROM orders WHERE tenant_id = $1 AND idempotency_key = $2`
+	sqlOrderItemsGetByIdempotencyKey = `SELECT i.order_id, i.line, i.sku, i.name, i.quantity, i.unit_amount, i.amount, i.tenant_id FROM order_items i
+JOIN orders o ON o.tenant_id = i.tenant_id AND o.id = i.order_id
+WHERE o.tenant_id = $1 AND i.tenant_id = $1 AND o.idempotency_key = $2
+ORDER BY i.line`
+	sqlOrderInsert = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)`
 	sqlOrderItemsInsert = `INSERT INTO order_items (tenant_id, order_id, line, sku, name, quantity, unit_amount, amount)
 SELECT o.tenant_id, o.id,
        unnest($1::int[]), unnest($2::text[]), unnest($3::text[]),
@@ -50,17 +53,14 @@ FROM orders o
 WHERE o.tenant_id = $7::uuid AND o.id = $8::uuid`
 	sqlOutboxInsert = `INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, occurred_at, trace_context)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	// sqlOrderInsertQueued is OrderInsertQueued: no ON CONFLICT (a taken
-	// key fails the batch), nothing returned.
-	sqlOrderInsertQueued = `INSERT INTO orders (id, tenant_id, idempotency_key, request_hash, status, currency, amount_total, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'awaiting_payment', $5, $6, $7, $7)`
 	sqlIdempotencyFinish = `UPDATE api_idempotency
 SET state = $1, recovery_point = 'finished', locked_until = NULL,
     status_code = $2, response_headers = $3, response_body = $4,
     resource_type = $5, resource_id = $6,
     updated_at = $7, expires_at = $8
 WHERE tenant_id = $9 AND operation = $10 AND idempotency_key = $11
-  AND state = 'pending' AND held_at IS NULL`
+  AND state = 'pending' AND held_at IS NULL
+RETURNING state`
 )
 
 // sqlCreate runs, directly on the database, the statements the service runs
@@ -198,118 +198,148 @@ func (s *sqlCreate) lookup(ctx context.Context, db *pgxpool.Pool, key string) (s
 	})
 }
 
-// createNaive runs the statements of one order creation under key, each a
-// round trip of its own: the lookup, BEGIN, the seven statements, COMMIT
-// (nine round trips). It is the sequence before the service batched it,
-// kept as a second floor (sql-naive): a service that pipelines must beat it.
-func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
+// statement is one of the create's statements with its arguments; read
+// reads its rows (nil: none to read).
+type statement struct {
+	sql  string
+	args []any
+	read func(pgx.Rows) error
+}
+
+// statements are the create's statements under key, as the service runs
+// them in its transaction (orders.Service.createOrder): the claim, the
+// catalog's rows and the key's order and lines (a fresh key has none),
+// then the order, its lines, its event and the stored answer. reads are
+// the first send's, writes the second's.
+func (s *sqlCreate) statements(key string) (reads, writes func() ([]statement, error)) {
 	op := string(orders.OpCreate)
 	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
 	// What the service stores as the trace context of a request it does not
 	// trace (tracing.Capture).
 	var noTrace []byte
-
-	// The fast path: a fresh key has no record.
-	if _, err := s.lookup(ctx, s.floor, key); !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
-	}
-
-	return postgres.InTx(ctx, s.floor, func(tx pgx.Tx) error {
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		leaseUntil := now.Add(s.lease)
-		rows, err := tx.Query(ctx, sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention), noTrace)
-		if err != nil {
-			return fmt.Errorf("claim key: %w", err)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("claim key: %w", err)
-		}
-		var (
-			sku, name, currency string
-			unitAmount          int64
-		)
-		rows, err = tx.Query(ctx, sqlProductGetMany, s.tenantID, []string{"travel-mug"})
-		if err != nil {
-			return fmt.Errorf("load products: %w", err)
-		}
-		n := 0
-		for rows.Next() {
-			var tenant uuid.UUID
-			var stock int64
-			if err := rows.Scan(&tenant, &sku, &name, &unitAmount, &currency, &stock); err != nil {
-				return fmt.Errorf("load products: %w", err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	leaseUntil := now.Add(s.lease)
+	var (
+		claimed, products, found int
+		sku, name, currency      string
+		unitAmount               int64
+	)
+	count := func(n *int) func(pgx.Rows) error {
+		return func(rows pgx.Rows) error {
+			for rows.Next() {
+				*n++
 			}
-			n++
+			return rows.Err()
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("load products: %w", err)
+	}
+	reads = func() ([]statement, error) {
+		return []statement{
+			{sqlIdempotencyInsert, []any{s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention), noTrace}, count(&claimed)},
+			{sqlProductGetMany, []any{s.tenantID, []string{"travel-mug"}}, func(rows pgx.Rows) error {
+				for rows.Next() {
+					var tenant uuid.UUID
+					var stock int64
+					if err := rows.Scan(&tenant, &sku, &name, &unitAmount, &currency, &stock); err != nil {
+						return err
+					}
+					products++
+				}
+				return rows.Err()
+			}},
+			{sqlOrderGetByIdempotencyKey, []any{s.tenantID, key}, count(&found)},
+			{sqlOrderItemsGetByIdempotencyKey, []any{s.tenantID, key}, count(&found)},
+		}, nil
+	}
+	writes = func() ([]statement, error) {
+		if claimed != 1 || products != 1 || found != 0 {
+			return nil, fmt.Errorf("claimed %d, products %d, the key's order and lines %d; want 1, 1 (travel-mug) and 0", claimed, products, found)
 		}
-		if n != 1 {
-			return fmt.Errorf("load products: want 1 (travel-mug), got %d", n)
-		}
-		id, err := uuid.NewV7()
+		orderID, err := uuid.NewV7()
 		if err != nil {
-			return fmt.Errorf("order id: %w", err)
-		}
-		var (
-			orderID          uuid.UUID
-			status           string
-			createdAt        time.Time
-			ignoredTenant    uuid.UUID
-			ignoredKey       string
-			ignoredHash      []byte
-			ignoredCurrency  string
-			ignoredTotal     int64
-			ignoredUpdatedAt time.Time
-		)
-		if err := tx.QueryRow(ctx, sqlOrderInsert, id, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now).
-			Scan(&orderID, &ignoredTenant, &ignoredKey, &ignoredHash, &status, &ignoredCurrency, &ignoredTotal, &createdAt, &ignoredUpdatedAt); err != nil {
-			return fmt.Errorf("insert order: %w", err)
-		}
-		if _, err := tx.Exec(ctx, sqlOrderItemsInsert, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}, s.tenantID, orderID); err != nil {
-			return fmt.Errorf("insert order items: %w", err)
+			return nil, fmt.Errorf("order id: %w", err)
 		}
 		body, err := json.Marshal(sqlOrderJSON{
-			ID: orderID, Status: status, Currency: currency, AmountTotal: unitAmount,
+			ID: orderID, Status: "awaiting_payment", Currency: currency, AmountTotal: unitAmount,
 			Items:     []sqlItemJSON{{SKU: sku, Name: name, Quantity: 1, UnitAmount: unitAmount, Amount: unitAmount}},
-			CreatedAt: createdAt.UTC(),
+			CreatedAt: now,
 		})
 		if err != nil {
-			return fmt.Errorf("encode order: %w", err)
+			return nil, fmt.Errorf("encode order: %w", err)
 		}
 		eventID, err := uuid.NewV7()
 		if err != nil {
-			return fmt.Errorf("event id: %w", err)
+			return nil, fmt.Errorf("event id: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now, noTrace); err != nil {
-			return fmt.Errorf("append event: %w", err)
-		}
-		location := "/v1/orders/" + orderID.String()
-		headers, err := json.Marshal(sqlStoredHeaders{ContentType: "application/json", Location: location})
+		headers, err := json.Marshal(sqlStoredHeaders{ContentType: "application/json", Location: "/v1/orders/" + orderID.String()})
 		if err != nil {
-			return fmt.Errorf("encode stored headers: %w", err)
+			return nil, fmt.Errorf("encode stored headers: %w", err)
 		}
 		status201, resourceType := int32(201), "order"
-		if _, err := tx.Exec(ctx, sqlIdempotencyFinish, string(idempotency.StateCompleted), &status201, headers, body,
-			&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key); err != nil {
-			return fmt.Errorf("store response: %w", err)
+		var stored int
+		return []statement{
+			{sqlOrderInsert, []any{orderID, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now}, nil},
+			{sqlOrderItemsInsert, []any{[]int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}, s.tenantID, orderID}, nil},
+			{sqlOutboxInsert, []any{eventID, s.tenantID, "order.created", "order", orderID, key, body, now, noTrace}, nil},
+			{sqlIdempotencyFinish, []any{string(idempotency.StateCompleted), &status201, headers, body,
+				&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key}, count(&stored)},
+		}, nil
+	}
+	return reads, writes
+}
+
+// fresh checks that a fresh key has no record: the fast-path lookup.
+func (s *sqlCreate) fresh(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, key string) error {
+	rows, err := db.Query(ctx, sqlIdempotencyGet, s.tenantID, string(orders.OpCreate), key)
+	if err != nil {
+		return fmt.Errorf("fast-path lookup: %w", err)
+	}
+	if _, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[any]); !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
+	}
+	return nil
+}
+
+// createNaive runs the statements of one order creation under key, each a
+// round trip of its own: the lookup, BEGIN, the eight statements, COMMIT
+// (eleven round trips). It is a second floor (sql-naive): a service that
+// pipelines must beat it.
+func (s *sqlCreate) createNaive(ctx context.Context, key string) error {
+	if err := s.fresh(ctx, s.floor, key); err != nil {
+		return err
+	}
+	reads, writes := s.statements(key)
+	return postgres.InTx(ctx, s.floor, func(tx pgx.Tx) error {
+		for _, stage := range []func() ([]statement, error){reads, writes} {
+			sts, err := stage()
+			if err != nil {
+				return err
+			}
+			for _, st := range sts {
+				rows, err := tx.Query(ctx, st.sql, st.args...)
+				if err != nil {
+					return err
+				}
+				if st.read != nil {
+					err = st.read(rows)
+				}
+				rows.Close()
+				if err := errors.Join(err, rows.Err()); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
 }
 
 // create runs the statements of one order creation under key as the
-// service sends them (operation.Batched, orders.createBatched): on one
-// connection, the lookup, then BEGIN, the claim and the catalog read in one
+// service sends them (orders.Service.createOrder in an operation.Batch): on
+// one connection, the lookup, then BEGIN, the claim and the reads in one
 // batch, then the order, its items, the event, the stored response and
 // COMMIT in another: three round trips.
 func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
-	op := string(orders.OpCreate)
-	requestID := strings.ReplaceAll(uuid.NewString(), "-", "") // 32 characters, like echo's request ids
-	// What the service stores as the trace context of a request it does not
-	// trace (tracing.Capture).
-	var noTrace []byte
 	conn, err := s.floor.Acquire(ctx)
 	if err != nil {
 		return err
@@ -320,78 +350,31 @@ func (s *sqlCreate) create(ctx context.Context, key string) (err error) {
 			postgres.RollbackOpen(ctx, conn)
 		}
 	}()
-	rows, err := conn.Query(ctx, sqlIdempotencyGet, s.tenantID, op, key)
-	if err != nil {
-		return fmt.Errorf("fast-path lookup: %w", err)
+	if err := s.fresh(ctx, conn, key); err != nil {
+		return err
 	}
-	if _, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[any]); !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fast-path lookup of a fresh key: want no row, got %w", err)
-	}
-
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	leaseUntil := now.Add(s.lease)
-	var (
-		first               pgx.Batch
-		claimed             int
-		sku, name, currency string
-		unitAmount          int64
-		products            int
-	)
-	first.Queue("BEGIN")
-	first.Queue(sqlIdempotencyInsert, s.tenantID, op, key, s.fingerprint[:], &leaseUntil, requestID, now, now.Add(s.retention), noTrace).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			claimed++
+	reads, writes := s.statements(key)
+	for i, stage := range []func() ([]statement, error){reads, writes} {
+		sts, err := stage()
+		if err != nil {
+			return err
 		}
-		return rows.Err()
-	})
-	first.Queue(sqlProductGetMany, s.tenantID, []string{"travel-mug"}).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var tenant uuid.UUID
-			var stock int64
-			if err := rows.Scan(&tenant, &sku, &name, &unitAmount, &currency, &stock); err != nil {
-				return err
+		var b pgx.Batch
+		if i == 0 {
+			b.Queue("BEGIN")
+		}
+		for _, st := range sts {
+			q := b.Queue(st.sql, st.args...)
+			if st.read != nil {
+				q.Query(st.read)
 			}
-			products++
 		}
-		return rows.Err()
-	})
-	if err := conn.SendBatch(ctx, &first).Close(); err != nil {
-		return fmt.Errorf("claim and load products: %w", err)
-	}
-	if claimed != 1 || products != 1 {
-		return fmt.Errorf("claim and load products: claimed %d, products %d; want 1 and 1 (travel-mug)", claimed, products)
-	}
-
-	orderID, err := uuid.NewV7()
-	if err != nil {
-		return fmt.Errorf("order id: %w", err)
-	}
-	body, err := json.Marshal(sqlOrderJSON{
-		ID: orderID, Status: "awaiting_payment", Currency: currency, AmountTotal: unitAmount,
-		Items:     []sqlItemJSON{{SKU: sku, Name: name, Quantity: 1, UnitAmount: unitAmount, Amount: unitAmount}},
-		CreatedAt: now,
-	})
-	if err != nil {
-		return fmt.Errorf("encode order: %w", err)
-	}
-	eventID, err := uuid.NewV7()
-	if err != nil {
-		return fmt.Errorf("event id: %w", err)
-	}
-	headers, err := json.Marshal(sqlStoredHeaders{ContentType: "application/json", Location: "/v1/orders/" + orderID.String()})
-	if err != nil {
-		return fmt.Errorf("encode stored headers: %w", err)
-	}
-	status201, resourceType := int32(201), "order"
-	var second pgx.Batch
-	second.Queue(sqlOrderInsertQueued, orderID, s.tenantID, key, s.fingerprint[:], currency, unitAmount, now)
-	second.Queue(sqlOrderItemsInsert, []int32{1}, []string{sku}, []string{name}, []int32{1}, []int64{unitAmount}, []int64{unitAmount}, s.tenantID, orderID)
-	second.Queue(sqlOutboxInsert, eventID, s.tenantID, "order.created", "order", orderID, key, body, now, noTrace)
-	second.Queue(sqlIdempotencyFinish, string(idempotency.StateCompleted), &status201, headers, body,
-		&resourceType, &orderID, now, now.Add(s.retention), s.tenantID, op, key)
-	second.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, &second).Close(); err != nil {
-		return fmt.Errorf("write order and commit: %w", err)
+		if i == 1 {
+			b.Queue("COMMIT")
+		}
+		if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
