@@ -60,8 +60,8 @@ type dispatcherConfig struct {
 	lingerSet bool
 }
 
-// The defaults of the options that the service's configuration also sets
-// (OUTBOX_POLL_INTERVAL, OUTBOX_MAX_ATTEMPTS, OUTBOX_PUBLISH_TIMEOUT).
+// The defaults of the options, which the service's tuning (app.Tuning's
+// Outbox fields) starts from; the service keeps DefaultMaxAttempts.
 const (
 	DefaultPollInterval   = time.Second
 	DefaultMaxAttempts    = 10
@@ -193,7 +193,8 @@ func WithListenCheck(quiet time.Duration) DispatcherOption {
 func WithMaxAttempts(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.maxAttempts = n } }
 
 // WithAtomicBatches publishes a claimed batch of at least min events as one
-// JetStream atomic batch (default DefaultAtomicMin, 32; OUTBOX_ATOMIC_MIN).
+// JetStream atomic batch (default DefaultAtomicMin, 32; the service's
+// tuning field OutboxAtomicMin).
 // Unlike the other options, 0 or less is a value: no batch is. See publish
 // for what an atomic batch costs and saves.
 func WithAtomicBatches(min int) DispatcherOption {
@@ -201,7 +202,7 @@ func WithAtomicBatches(min int) DispatcherOption {
 }
 
 // WithLinger makes a loop that a commit woke wait l before it claims
-// (default DefaultLinger, 5 ms; OUTBOX_LINGER), so that the commits of
+// (default DefaultLinger, 5 ms; the tuning's OutboxLinger), so that the commits of
 // that time share its batch: under load one claim, one publish and one
 // mark serve many events instead of one each, for at most l more between
 // a commit and its publish. While one loop lingers, wake-ups go to it and
@@ -564,7 +565,7 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, cla
 	}
 	// One publish timeout for the batch, the atomic attempt and the
 	// message-by-message one together: the round's budget and the lease
-	// (OUTBOX_LEASE > OUTBOX_PUBLISH_TIMEOUT) count on it.
+	// (the lease longer than the publish timeout) count on it.
 	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
 	defer cancel()
 	if d.cfg.atomicMin > 0 && len(msgs) >= max(d.cfg.atomicMin, 2) && len(msgs) <= MaxAtomicBatch {
