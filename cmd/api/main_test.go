@@ -422,6 +422,27 @@ func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
 	}
 }
 
+// api sweep reads the sweeper's tuning from the file api serve takes, and
+// refuses a value out of range before it deletes anything.
+func TestSweepReadsItsTuning(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "LOG_LEVEL": "warn"})
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
+	if err := errors.Join(os.WriteFile(good, []byte(`{"SweepBatch": 10, "SweepDutyCycle": 1}`), 0o600),
+		os.WriteFile(bad, []byte(`{"SweepBatch": 0}`), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"sweep", "--once", "--tuning", good}, e, &out, io.Discard); err != nil || !strings.Contains(out.String(), "deleted: ") {
+		t.Fatalf("sweep with a tuning file: %v, %q", err, out.String())
+	}
+	err := run(context.Background(), []string{"sweep", "--once", "--tuning", bad}, e, io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "tuning SweepBatch (0) must be from 1 to 100000") {
+		t.Fatalf("sweep with SweepBatch 0: %v, want one line naming it", err)
+	}
+}
+
 // The URL logged at start is one a person can open: a wildcard listen
 // address (a container's HTTP_ADDR=0.0.0.0:8080) is not.
 func TestBrowserURL(t *testing.T) {
