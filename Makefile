@@ -139,14 +139,16 @@ fuzz:
 	 done
 
 ## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
-##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_API_ENV for
-##        the API's environment (docs/BENCHMARKS.md); the API's embedded broker stores in .data/bench/nats,
-##        emptied at each start
+##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_TUNING for
+##        the API's tuning file (api serve --tuning, docs/CONFIGURATION.md), BENCH_API_ENV for more of its
+##        environment (docs/BENCHMARKS.md); the API's embedded broker stores in .data/bench/nats, emptied at
+##        each start
 ##        BENCH_SERVICE_CPUS and BENCH_CLIENT_CPUS (taskset lists, e.g. 0 and 1) pin PostgreSQL, the simulator and
 ##        the API (and the http scenario's bare server), and the load generator, to CPUs of their own
 BENCH_DURATION ?= 10s
 BENCH_ARGS ?=
 BENCH_API_ENV ?=
+BENCH_TUNING ?=
 BENCH_SERVICE_CPUS ?=
 BENCH_CLIENT_CPUS ?=
 bench: build
@@ -167,7 +169,7 @@ bench: build
 	 pid=""; \
 	 trap '[ -z "$$pid" ] || { kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; }; pspsim_stop; scripts/postgres.sh --stop bench || true' EXIT; \
 	 pspsim_start "http://127.0.0.1:$$port/webhooks/psp" .data/bench/pspsim.log; \
-	 DEMO_MODE=true SWEEP_INTERVAL=0 NATS_STORE_DIR=.data/bench/nats $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve >.data/bench/api.log 2>&1 & \
+	 DEMO_MODE=true SWEEP_INTERVAL=0 NATS_STORE_DIR=.data/bench/nats $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve $(if $(BENCH_TUNING),--tuning "$(BENCH_TUNING)") >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \

@@ -46,8 +46,10 @@ export DATABASE_URL
 api_port=$(free_port)
 base="http://127.0.0.1:$api_port"
 pspsim_start "$base/webhooks/psp" "$dir/pspsim.log"
-DEMO_MODE=true HTTP_ADDR="127.0.0.1:$api_port" SWEEP_INTERVAL=20s RECOVERER_INTERVAL=5s \
-  bin/api serve >"$dir/api.log" 2>&1 &
+# The recoverer every 5s instead of 10s: its panel moves within the run.
+printf '{"RecovererInterval": "5s"}\n' >"$dir/tuning.json"
+DEMO_MODE=true HTTP_ADDR="127.0.0.1:$api_port" SWEEP_INTERVAL=20s \
+  bin/api serve --tuning "$dir/tuning.json" >"$dir/api.log" 2>&1 &
 api=$!
 
 prom_port=$(free_port)

@@ -192,10 +192,10 @@ servers=""
 for i in $(seq 1 "$replicas"); do
   servers+="  server api$i 127.0.0.1:${ports[$((i - 1))]}"$'\n'
 done
-# Each replica holds at most MAX_CONNECTIONS (4096 by default) connections:
-# HAProxy keeps below it, so that the replica's own shedding
-# (MAX_IN_FLIGHT, 503 overloaded) is what answers overload.
-maxconn=$((${MAX_CONNECTIONS:-4096} * 3 / 4))
+# Each replica holds at most 4096 connections (the tuning's MaxConnections):
+# HAProxy keeps below it, so that the replica's own shedding (MaxInFlight,
+# 503 overloaded) is what answers overload.
+maxconn=$((4096 * 3 / 4))
 [ "$maxconn" -le 1000 ] || maxconn=1000
 cfg=$(<"$root/deploy/haproxy.cfg")
 cfg=${cfg//@HTTP_ADDR@/$addr}

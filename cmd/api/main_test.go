@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,6 +75,43 @@ func TestServeNeedsAProviderAndItsSecret(t *testing.T) {
 	}
 }
 
+// api serve refuses a tuning file it cannot use, and an unsafe combination
+// of settings, whether they come from the environment or the file, with one
+// line that names them, before it touches the database or opens a port.
+func TestServeRefusesBadTuningAndUnsafeSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"unknown member", []string{"--tuning", file("typo.json", `{"OutboxLingr": "5ms"}`)}, nil, `unknown member "OutboxLingr"`},
+		{"bad duration", []string{"--tuning", file("bad.json", `{"ShutdownTimeout": "5"}`)}, nil, `ShutdownTimeout: want a duration`},
+		{"out of range", []string{"--tuning", file("range.json", `{"OutboxLinger": "2s"}`)}, nil, "tuning OutboxLinger (2s) must be at most 1s"},
+		{"no file", []string{"--tuning", filepath.Join(dir, "none.json")}, nil, "tuning file: open "},
+		{"a tuning field against a variable", []string{"--tuning", file("wait.json", `{"AdmissionWait": "3s"}`)}, map[string]string{"WRITE_TIMEOUT": "3s", "IDEMPOTENCY_LEASE": "6s", "PSP_TIMEOUT": "2s"},
+			"tuning AdmissionWait (3s) must be shorter than WRITE_TIMEOUT (3s)"},
+		{"two variables", nil, map[string]string{"IDEMPOTENCY_LEASE": "5s"}, "IDEMPOTENCY_LEASE (5s) must be longer than WRITE_TIMEOUT (10s)"},
+		{"an argument", []string{"now"}, nil, "serve takes no arguments but --tuning FILE"},
+	} {
+		e := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "HTTP_ADDR": "127.0.0.1:0", "PSP_URL": "http://127.0.0.1:1", "DEMO_MODE": "true"}
+		maps.Copy(e, tc.env)
+		err := run(context.Background(), append([]string{"serve"}, tc.args...), env(e), io.Discard, io.Discard)
+		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want one line with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
 // The production binary links nothing of the proving ground: the simulator,
 // the chaos engine and the benchmarks stay out of it.
 func TestBinaryLinksNoProvingGround(t *testing.T) {
@@ -101,16 +141,16 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		args []string
 		want []string // the synopsis first
 	}{
-		{[]string{"serve", "--help"}, []string{"Usage: api serve", "DATABASE_URL", "SIGTERM", "NATS_URL", "/metrics"}},
+		{[]string{"serve", "--help"}, []string{"Usage: api serve", "--tuning FILE", "DATABASE_URL", "RETENTION_MONEY", "SIGTERM", "NATS_URL", "/metrics"}},
 		{[]string{"migrate", "--help"}, []string{"Usage: api migrate", "down [N]", "AUTO_MIGRATE"}},
 		{[]string{"migrate", "up", "-h"}, []string{"Usage: api migrate"}},
 		{[]string{"tenants", "--help"}, []string{"Usage: api tenants create", "--slug", "--name", "shown once"}},
 		{[]string{"tenants", "create", "--help"}, []string{"Usage: api tenants create"}},
-		{[]string{"sweep", "--help"}, []string{"Usage: api sweep", "--once", "SWEEP_INTERVAL", "SWEEP_BATCH"}},
+		{[]string{"sweep", "--help"}, []string{"Usage: api sweep", "--once", "SWEEP_INTERVAL", "SweepBatch", "--tuning"}},
 		{[]string{"outbox", "--help"}, []string{"Usage: api outbox", "stuck", "retry", "replay", "Nats-Msg-Id", "NATS_STORE_DIR"}},
 		{[]string{"outbox", "replay", "--help"}, []string{"Usage: api outbox"}},
 		{[]string{"outbox", "stuck", "-h"}, []string{"Usage: api outbox"}},
-		{[]string{"keys", "--help"}, []string{"Usage: api keys create", "list", "revoke", "rotate", "--overlap", "AUTH_CACHE_TTL", "shown once"}},
+		{[]string{"keys", "--help"}, []string{"Usage: api keys create", "list", "revoke", "rotate", "--overlap", "AuthCacheTTL", "shown once"}},
 		{[]string{"keys", "rotate", "--help"}, []string{"Usage: api keys"}},
 		{[]string{"attention", "--help"}, []string{"Usage: api attention", "list", "show", "resolve", "--retry", "--close", "awaiting_operator", "oncepay_attention_open_items"}},
 		{[]string{"attention", "resolve", "--help"}, []string{"Usage: api attention"}},
@@ -382,6 +422,27 @@ func TestOperatorCommandsNeedOnlyTheDatabase(t *testing.T) {
 	}
 }
 
+// api sweep reads the sweeper's tuning from the file api serve takes, and
+// refuses a value out of range before it deletes anything.
+func TestSweepReadsItsTuning(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": testdb.URL(t), "LOG_LEVEL": "warn"})
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
+	if err := errors.Join(os.WriteFile(good, []byte(`{"SweepBatch": 10, "SweepDutyCycle": 1}`), 0o600),
+		os.WriteFile(bad, []byte(`{"SweepBatch": 0}`), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"sweep", "--once", "--tuning", good}, e, &out, io.Discard); err != nil || !strings.Contains(out.String(), "deleted: ") {
+		t.Fatalf("sweep with a tuning file: %v, %q", err, out.String())
+	}
+	err := run(context.Background(), []string{"sweep", "--once", "--tuning", bad}, e, io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "tuning SweepBatch (0) must be from 1 to 100000") {
+		t.Fatalf("sweep with SweepBatch 0: %v, want one line naming it", err)
+	}
+}
+
 // The URL logged at start is one a person can open: a wildcard listen
 // address (a container's HTTP_ADDR=0.0.0.0:8080) is not.
 func TestBrowserURL(t *testing.T) {
@@ -451,7 +512,7 @@ func TestKeysCommands(t *testing.T) {
 			t.Errorf("keys list shows %q; want the prefix %s and nothing more of the key", list, key[:12])
 		}
 	}
-	if out := runOK("keys", "revoke", second[:12]); !strings.Contains(out, "revoked") || !strings.Contains(out, "AUTH_CACHE_TTL") {
+	if out := runOK("keys", "revoke", second[:12]); !strings.Contains(out, "revoked") || !strings.Contains(out, "AuthCacheTTL") {
 		t.Errorf("keys revoke printed %q", out)
 	}
 	rotated := runOK("keys", "rotate", "--tenant", "initech", "--overlap", "0")
@@ -467,7 +528,7 @@ func TestKeysCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.AuthCacheTTL = 0
+	cfg.Tuning.AuthCacheTTL = 0
 	pool, err := app.OpenDatabase(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

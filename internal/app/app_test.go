@@ -19,8 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/httpapi"
-	"github.com/oncepay/oncepay/internal/retention"
 	"github.com/oncepay/oncepay/internal/testdb"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
@@ -42,41 +40,34 @@ type testBundle struct {
 // testConfig is the configuration of a test's service on its own database.
 func testConfig(t *testing.T) app.Config {
 	t.Helper()
+	tuning := app.DefaultTuning()
+	tuning.DBLockTimeout = 5 * time.Second
+	tuning.AuthCacheTTL = time.Minute
+	tuning.ShutdownTimeout = 5 * time.Second
+	tuning.StartupTimeout = time.Minute
+	// The recoverer runs when a test calls it, so a test controls
+	// exactly who finishes an abandoned attempt.
+	tuning.RecovererInterval = 0
+	tuning.SweepBatch = 500
 	return app.Config{
-		DatabaseURL:       testdb.URL(t),
-		HTTPAddr:          "127.0.0.1:0",
-		DemoMode:          true,
-		AutoMigrate:       false, // the template database is migrated already
-		LogLevel:          slog.LevelWarn,
-		DBMaxConns:        40,
-		DBLockTimeout:     5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdempotencyLease:  30 * time.Second,
-		AuthCacheTTL:      time.Minute,
-		ShutdownTimeout:   5 * time.Second,
-		StartupTimeout:    time.Minute,
-		MaxInFlight:       httpapi.DefaultMaxInFlight,
-		AdmissionWait:     httpapi.DefaultAdmissionWait,
-		MaxConnections:    httpapi.DefaultMaxConnections,
-		PSPAPIKey:         testPSPKey,
-		PSPTimeout:        5 * time.Second,
-		PSPWebhookSecrets: []string{app.DemoWebhookSecret},
-		// The recoverer runs when a test calls it, so a test controls
-		// exactly who finishes an abandoned attempt.
-		RecovererInterval:     0,
-		WebhookWorkerInterval: time.Second,
-		Horizons:              retention.DefaultHorizons(),
-		Retention:             app.DefaultRetention(),
-		SweepInterval:         0, // tests sweep when they mean to
-		SweepBatch:            500,
-		NATSStoreDir:          t.TempDir(),
-		NATSDuplicateWindow:   2 * time.Minute,
-		NATSStreamMaxAge:      7 * 24 * time.Hour,
-		OutboxDispatcher:      true,
-		OutboxPollInterval:    time.Second,
-		OutboxMaxAttempts:     10,
-		FulfillmentConsumer:   true,
+		DatabaseURL:         testdb.URL(t),
+		HTTPAddr:            "127.0.0.1:0",
+		DemoMode:            true,
+		AutoMigrate:         false, // the template database is migrated already
+		LogLevel:            slog.LevelWarn,
+		DBMaxConns:          40,
+		WriteTimeout:        10 * time.Second,
+		IdempotencyLease:    30 * time.Second,
+		PSPAPIKey:           testPSPKey,
+		PSPTimeout:          5 * time.Second,
+		PSPWebhookSecrets:   []string{app.DemoWebhookSecret},
+		Retention:           app.DefaultRetention(),
+		SweepInterval:       0, // tests sweep when they mean to
+		NATSStoreDir:        t.TempDir(),
+		NATSStreamReplicas:  1,
+		OutboxDispatcher:    true,
+		FulfillmentConsumer: true,
+		Tuning:              tuning,
 	}
 }
 

@@ -150,7 +150,7 @@ func TestMismatchFoundByTheRecovererHoldsTheAttempt(t *testing.T) {
 }
 
 // The recovery bound: while the provider is down, the recoverer resumes an
-// attempt at most RECOVERER_MAX_ATTEMPTS times, RECOVERER_BACKOFF apart
+// attempt at most RecovererMaxAttempts times, RecovererBackoff apart
 // (doubling), and then holds it for an operator (recovery_exhausted). The
 // client's own retry is not delayed by the backoff and does not count. An
 // operator's "try again" releases it with a fresh bound, and once the
@@ -161,7 +161,7 @@ func TestRecoveryBoundHoldsTheAttempt(t *testing.T) {
 	provider.set(func(p *oddProvider) { p.down = true })
 	b := setup(t, func(c *app.Config) {
 		c.PSPURL = url
-		c.RecovererMaxAttempts, c.RecovererBackoff, c.RecovererBackoffMax = 2, time.Minute, time.Hour
+		c.Tuning.RecovererMaxAttempts, c.Tuning.RecovererBackoff, c.Tuning.RecovererBackoffMax = 2, time.Minute, time.Hour
 	})
 	ctx := context.Background()
 	rc := b.app.Recoverer()

@@ -253,10 +253,13 @@ func TestClientRetriesUnknownProviderOutcome(t *testing.T) {
 // the first is at the provider. The duplicates get 409 request_in_progress,
 // the client waits Retry-After and replays: every caller sees the same
 // payment, and the provider charged once. The lease is short here because
-// Retry-After of a pending payment is what is left of its lease.
+// Retry-After of a pending payment is what is left of its lease; the write
+// and provider timeouts shrink with it, since the lease must outlast them.
 func TestClientConcurrentDuplicatesChargeOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *app.Config) { c.IdempotencyLease = 2 * time.Second })
+	b := setup(t, func(c *app.Config) {
+		c.IdempotencyLease, c.WriteTimeout, c.PSPTimeout = 3*time.Second, 2500*time.Millisecond, 2*time.Second
+	})
 	ctx := context.Background()
 	var inProgress atomic.Int32
 	c := b.apiClient(t, acme, client.WithOnRetry(func(_ int, _ time.Duration, err error) {

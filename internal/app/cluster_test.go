@@ -137,10 +137,10 @@ func TestEventsFlowThroughAClusterThatLosesAServer(t *testing.T) {
 	b := setup(t, func(cfg *app.Config) {
 		cfg.NATSURL = c.URL()
 		cfg.NATSStreamReplicas = 3
-		cfg.NATSPingInterval = 250 * time.Millisecond
-		cfg.OutboxPollInterval = 200 * time.Millisecond
-		cfg.OutboxPublishTimeout = 2 * time.Second
-		cfg.OutboxLease = 6 * time.Second
+		cfg.Tuning.NATSPingInterval = 250 * time.Millisecond
+		cfg.Tuning.OutboxPollInterval = 200 * time.Millisecond
+		cfg.Tuning.OutboxPublishTimeout = 2 * time.Second
+		cfg.Tuning.OutboxLease = 6 * time.Second
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -310,7 +310,7 @@ func TestStartupRefusesFewerStreamReplicasAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, js := brokertest.Connect(t, c.URL(), testkit.Logger(t))
-	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.NATSDuplicateWindow, MaxAge: cfg.NATSStreamMaxAge, Replicas: 3}); err != nil {
+	if err := broker.EnsureStreams(ctx, js, broker.StreamsConfig{DuplicateWindow: cfg.Tuning.NATSDuplicateWindow, MaxAge: 7 * 24 * time.Hour, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
 	_, cfg.PSPURL = startSimulator(t, cfg, nil, testkit.Logger(t), time.Now)
@@ -324,8 +324,8 @@ func TestStartupRefusesFewerStreamReplicasAtOnce(t *testing.T) {
 	if !errors.Is(err, broker.ErrFewerReplicas) || !strings.Contains(err.Error(), "NATS_STREAM_REPLICAS=3") {
 		t.Fatalf("start against an R3 stream with NATS_STREAM_REPLICAS=1: %v, want ErrFewerReplicas naming NATS_STREAM_REPLICAS=3", err)
 	}
-	// At once: the first attempt's answer, not STARTUP_TIMEOUT (a minute).
-	if took := time.Since(began); took > cfg.StartupTimeout/2 {
+	// At once: the first attempt's answer, not the startup timeout (a minute).
+	if took := time.Since(began); took > cfg.Tuning.StartupTimeout/2 {
 		t.Fatalf("refused after %v: the refusal was retried", took)
 	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -36,16 +37,15 @@ func OpenDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		}
 	}
 	return postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
-		MaxConns:       cfg.DBMaxConns,
-		LockTimeout:    cfg.DBLockTimeout,
-		ConnectTimeout: cfg.DBConnectTimeout,
+		MaxConns:    cfg.DBMaxConns,
+		LockTimeout: cfg.Tuning.DBLockTimeout,
 	})
 }
 
 // NewTenants returns the tenants service: tenants, API keys, authentication.
 // It accepts the public demo keys in demo mode only.
 func NewTenants(pool *pgxpool.Pool, cfg Config, now func() time.Time) *tenants.Service {
-	return tenants.NewService(pool, now, tenants.WithCacheTTL(cfg.AuthCacheTTL), tenants.WithDemoKeys(cfg.DemoMode))
+	return tenants.NewService(pool, now, tenants.WithCacheTTL(cfg.Tuning.AuthCacheTTL), tenants.WithDemoKeys(cfg.DemoMode))
 }
 
 // CheckNoDemoKeys refuses a database in which the public demo keys still
@@ -90,17 +90,18 @@ func newStore(cfg Config, now func() time.Time, opts ...idempotency.StoreOption)
 }
 
 // NewSweeper returns the retention sweeper over every kind of record, each
-// deleted by the package that owns its table. It refuses a retention shorter
-// than a horizon it must cover.
+// deleted by the package that owns its table (api sweep). It refuses a
+// retention shorter than a horizon it must cover, and a tuning out of
+// range; the service's own sweeper is built after New checked both.
 func NewSweeper(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, now func() time.Time, opts ...retention.SweeperOption) (*retention.Sweeper, error) {
-	return newSweeper(pool, cfg, newStore(cfg, now), logger, now, opts...)
-}
-
-func newSweeper(pool *pgxpool.Pool, cfg Config, store *idempotency.Store, logger *slog.Logger, now func() time.Time, opts ...retention.SweeperOption) (*retention.Sweeper, error) {
-	if err := retention.Check(cfg.Retention, cfg.Horizons, covers(Operations())); err != nil {
+	if err := errors.Join(append(cfg.Tuning.check(), cfg.checkRetention())...); err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
-	opts = append([]retention.SweeperOption{retention.WithBatchSize(cfg.SweepBatch), retention.WithDutyCycle(cfg.SweepDutyCycle)}, opts...)
+	return newSweeper(pool, cfg, newStore(cfg, now), logger, now, opts...), nil
+}
+
+func newSweeper(pool *pgxpool.Pool, cfg Config, store *idempotency.Store, logger *slog.Logger, now func() time.Time, opts ...retention.SweeperOption) *retention.Sweeper {
+	opts = append([]retention.SweeperOption{retention.WithBatchSize(cfg.Tuning.SweepBatch), retention.WithDutyCycle(cfg.Tuning.SweepDutyCycle)}, opts...)
 	return retention.NewSweeper(pool, retention.Tables{
 		Tenants:           tenants.IDs,
 		Idempotency:       store.DeleteExpired,
@@ -108,5 +109,5 @@ func newSweeper(pool *pgxpool.Pool, cfg Config, store *idempotency.Store, logger
 		WebhookReceipts:   webhooks.DeleteExpired,
 		ProcessedMessages: inbox.DeleteExpired,
 		CountStuck:        store.CountStuck,
-	}, cfg.Retention, logger, now, opts...), nil
+	}, cfg.Retention, logger, now, opts...)
 }

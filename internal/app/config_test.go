@@ -2,61 +2,132 @@ package app_test
 
 import (
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/retention"
 )
+
+// check is what api serve refuses for env: the variables ConfigFromEnv
+// cannot read and, once they read, the rules of Config.Check.
+func check(env map[string]string) (app.Config, error) {
+	c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		return c, err
+	}
+	return c, c.Check()
+}
 
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://x", "DEMO_MODE": "true", "DB_LOCK_TIMEOUT": "500ms", "LOG_LEVEL": "debug"}
-	c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+	env := map[string]string{"DATABASE_URL": "postgres://x", "DEMO_MODE": "true", "WRITE_TIMEOUT": "20s", "LOG_LEVEL": "debug"}
+	c, err := check(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.DemoMode || c.DBLockTimeout != 500*time.Millisecond || c.LogLevel != slog.LevelDebug || c.HTTPAddr != "127.0.0.1:8080" || !c.AutoMigrate {
+	if !c.DemoMode || c.WriteTimeout != 20*time.Second || c.LogLevel != slog.LevelDebug || c.HTTPAddr != "127.0.0.1:8080" || !c.AutoMigrate {
 		t.Fatalf("config = %+v", c)
 	}
-	// Defaults: demo mode is off unless asked for.
-	c, err = app.ConfigFromEnv(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] })
-	if err != nil || c.DemoMode || c.ReadTimeout != 15*time.Second || c.StartupTimeout != app.DefaultStartupTimeout {
+	// Defaults: demo mode is off unless asked for, the tuning is the
+	// default one, and so is the retention.
+	c, err = check(map[string]string{"DATABASE_URL": "postgres://x"})
+	if err != nil || c.DemoMode || c.Tuning != app.DefaultTuning() || c.Tuning.StartupTimeout != app.DefaultStartupTimeout ||
+		!maps.Equal(c.Retention.Idempotency, app.DefaultRetention().Idempotency) {
 		t.Fatalf("default config = %+v, %v", c, err)
 	}
-	// Without a startup deadline api serve would wait for a wrong address
-	// forever.
-	noStartup := map[string]string{"DATABASE_URL": "postgres://x", "STARTUP_TIMEOUT": "0s"}
-	if _, err = app.ConfigFromEnv(func(k string) string { return noStartup[k] }); err == nil || !strings.Contains(err.Error(), "STARTUP_TIMEOUT (0s) must be positive") {
-		t.Fatalf("no startup timeout: %v", err)
-	}
-	// Without a read timeout a slow client holds its connection forever.
-	noRead := map[string]string{"DATABASE_URL": "postgres://x", "READ_TIMEOUT": "0s"}
-	if _, err = app.ConfigFromEnv(func(k string) string { return noRead[k] }); err == nil || !strings.Contains(err.Error(), "READ_TIMEOUT (0s) must be positive") {
-		t.Fatalf("no read timeout: %v", err)
-	}
-	// Rule 5 at startup: a retention shorter than the horizon it covers is
-	// refused, with the horizon and the numbers.
-	short := map[string]string{"DATABASE_URL": "postgres://x", "RETENTION_PAYMENTS_CREATE": "5m", "HORIZON_SETTLEMENT": "60d"}
-	_, err = app.ConfigFromEnv(func(k string) string { return short[k] })
-	if err == nil || !strings.Contains(err.Error(), "retention of payments.create (5m) is shorter than the settlement horizon (60d)") ||
-		!strings.Contains(err.Error(), "retention of refunds.create (45d) is shorter than the settlement horizon (60d)") {
-		t.Fatalf("short retention: %v", err)
-	}
-	// A lease no longer than a write would let a retry take over a live
-	// attempt.
-	lease := map[string]string{"DATABASE_URL": "postgres://x", "IDEMPOTENCY_LEASE": "10s", "WRITE_TIMEOUT": "10s"}
-	_, err = app.ConfigFromEnv(func(k string) string { return lease[k] })
-	if err == nil || !strings.Contains(err.Error(), "IDEMPOTENCY_LEASE (10s) must be longer than WRITE_TIMEOUT (10s)") {
-		t.Fatalf("lease as long as a write: %v", err)
-	}
-	// Every bad variable is reported at once.
-	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "SWEEP_DUTY_CYCLE": "0",
-		"LOG_FLUSH_INTERVAL": "5s", "OUTBOX_ATOMIC_MIN": "1001", "OUTBOX_LINGER": "2s"}
+	// Every bad variable is reported at once, each on a line of its own.
+	bad := map[string]string{"DEMO_MODE": "maybe", "DB_MAX_CONNS": "0", "WRITE_TIMEOUT": "soon", "LOG_LEVEL": "loud", "RETENTION_MONEY": "5m", "NATS_STREAM_REPLICAS": "9"}
 	_, err = app.ConfigFromEnv(func(k string) string { return bad[k] })
-	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "SWEEP_DUTY_CYCLE", "LOG_FLUSH_INTERVAL", "OUTBOX_ATOMIC_MIN", "OUTBOX_LINGER"} {
+	for _, name := range []string{"DATABASE_URL", "DEMO_MODE", "DB_MAX_CONNS", "WRITE_TIMEOUT", "LOG_LEVEL", "RETENTION_MONEY", "NATS_STREAM_REPLICAS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Fatalf("error %v does not name %s", err, name)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 7 {
+		t.Fatalf("%d lines for 7 bad variables: %v", n, err)
+	}
+}
+
+// The retention of money operations is one variable, which may lengthen
+// what the settlement horizon requires and never shorten it; the other
+// operations keep the registry's.
+func TestRetentionMoney(t *testing.T) {
+	t.Parallel()
+	c, err := check(map[string]string{"DATABASE_URL": "postgres://x", "RETENTION_MONEY": "90d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for op, want := range map[idempotency.Operation]time.Duration{
+		"payments.create": 90 * retention.Day, "refunds.create": 90 * retention.Day, "orders.create": 7 * retention.Day,
+	} {
+		if got := c.Retention.Idempotency[op]; got != want {
+			t.Errorf("retention of %s = %v, want %v", op, got, want)
+		}
+	}
+	_, err = check(map[string]string{"DATABASE_URL": "postgres://x", "RETENTION_MONEY": "44d"})
+	if err == nil || err.Error() != `RETENTION_MONEY="44d": want at least 45d, the settlement horizon: a payment or refund is referred back to that long, and its record must recognise the retry` {
+		t.Fatalf("a money retention below the settlement horizon: %v", err)
+	}
+}
+
+// Config.Check is the one check of a start, and a policy that does not
+// cover its horizons is refused there, whichever way it was built (the
+// tests build theirs by hand), with the operation and the numbers.
+func TestCheckRefusesAShortRetention(t *testing.T) {
+	t.Parallel()
+	c, err := app.ConfigFromEnv(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Retention = app.DefaultRetention()
+	c.Retention.Idempotency["payments.create"] = 30 * retention.Day
+	err = c.Check()
+	if err == nil || err.Error() != "retention of payments.create (30d) is shorter than the settlement horizon (45d) it must cover" {
+		t.Fatalf("short retention: %v", err)
+	}
+}
+
+// Each rule between settings refuses the combination that breaks it, with
+// one line naming both, whether the settings are variables or tuning
+// fields; and the defaults pass every rule.
+func TestCheckRefusesUnsafeCombinations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		tuning func(*app.Tuning)
+		want   string
+	}{
+		{"a lease as long as a write", map[string]string{"IDEMPOTENCY_LEASE": "10s", "WRITE_TIMEOUT": "10s"}, nil,
+			"IDEMPOTENCY_LEASE (10s) must be longer than WRITE_TIMEOUT (10s): a retry or the recoverer would take over an attempt that is still running"},
+		{"a provider call as long as a write", map[string]string{"PSP_TIMEOUT": "10s", "WRITE_TIMEOUT": "10s"}, nil,
+			"PSP_TIMEOUT (10s) must be shorter than WRITE_TIMEOUT (10s): a timed-out payment needs time to release its claim"},
+		{"stream replicas without a cluster", map[string]string{"NATS_STREAM_REPLICAS": "3"}, nil,
+			"NATS_STREAM_REPLICAS (3) needs NATS_URL naming a cluster: the embedded broker is one server, which holds one replica"},
+		{"an admission wait as long as the request's deadline", map[string]string{"WRITE_TIMEOUT": "10s"}, func(t *app.Tuning) { t.AdmissionWait = 10 * time.Second },
+			"tuning AdmissionWait (10s) must be shorter than WRITE_TIMEOUT (10s): the wait for a slot counts against the request's deadline, which would end it first"},
+		{"fewer connections than admission slots", nil, func(t *app.Tuning) { t.MaxInFlight, t.MaxConnections = 40, 39 },
+			"tuning MaxConnections (39) must be at least MaxInFlight (40): the requests admitted at once each need a connection"},
+		{"an outbox lease as long as the publish timeout", nil, func(t *app.Tuning) { t.OutboxLease, t.OutboxPublishTimeout = 5*time.Second, 5*time.Second },
+			"tuning OutboxLease (5s) must be longer than OutboxPublishTimeout (5s): another dispatcher would publish rows that are still being published"},
+		{"a backoff cap below the backoff", nil, func(t *app.Tuning) { t.RecovererBackoff, t.RecovererBackoffMax = time.Minute, 30*time.Second },
+			"tuning RecovererBackoffMax (30s) must be at least RecovererBackoff (1m0s)"},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		maps.Copy(env, tc.env)
+		c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatalf("%s: ConfigFromEnv: %v", tc.name, err)
+		}
+		if tc.tuning != nil {
+			tc.tuning(&c.Tuning)
+		}
+		if err := c.Check(); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: Check = %v, want exactly %q", tc.name, err, tc.want)
 		}
 	}
 }
@@ -153,8 +224,7 @@ func TestConfigStreamReplicas(t *testing.T) {
 		{"six, embedded: one line", "", "6", 0, `NATS_STREAM_REPLICAS="6": want an integer from 1 to 5`},
 		{"not a number", cluster, "three", 0, `NATS_STREAM_REPLICAS="three": want an integer from 1 to 5`},
 	} {
-		env := map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": tc.natsURL, "NATS_STREAM_REPLICAS": tc.replicas}
-		c, err := app.ConfigFromEnv(func(k string) string { return env[k] })
+		c, err := check(map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": tc.natsURL, "NATS_STREAM_REPLICAS": tc.replicas})
 		if tc.err == "" {
 			if err != nil || c.NATSStreamReplicas != tc.want {
 				t.Errorf("%s: replicas %d, %v; want %d", tc.name, c.NATSStreamReplicas, err, tc.want)

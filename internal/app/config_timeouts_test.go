@@ -9,81 +9,73 @@ import (
 )
 
 // Every timeout that bounds a wait for a dependency has a default, and zero
-// or less is refused, with one line that names the variable and says why:
-// a zero would mean "wait forever" (or, for some, "do not wait at all").
+// or less is refused, with one line that names the variable or the tuning
+// field and says why: a zero would mean "wait forever" (or, for some, "do
+// not wait at all").
 func TestTimeoutsAreBoundedAndValidated(t *testing.T) {
 	t.Parallel()
 	c, err := app.ConfigFromEnv(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x"}[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, got := range map[string]time.Duration{
-		"DB_LOCK_TIMEOUT":        c.DBLockTimeout,
-		"DB_CONNECT_TIMEOUT":     c.DBConnectTimeout,
-		"READ_TIMEOUT":           c.ReadTimeout,
-		"WRITE_TIMEOUT":          c.WriteTimeout,
-		"PSP_TIMEOUT":            c.PSPTimeout,
-		"SHUTDOWN_TIMEOUT":       c.ShutdownTimeout,
-		"STARTUP_TIMEOUT":        c.StartupTimeout,
-		"NATS_PING_INTERVAL":     c.NATSPingInterval,
-		"OUTBOX_PUBLISH_TIMEOUT": c.OutboxPublishTimeout,
-		"OUTBOX_LEASE":           c.OutboxLease,
+	tn := c.Tuning
+	for name, got := range map[string][2]time.Duration{
+		"WRITE_TIMEOUT":        {c.WriteTimeout, 10 * time.Second},
+		"PSP_TIMEOUT":          {c.PSPTimeout, 5 * time.Second},
+		"IDEMPOTENCY_LEASE":    {c.IdempotencyLease, 30 * time.Second},
+		"DBLockTimeout":        {tn.DBLockTimeout, 2 * time.Second},
+		"ReadTimeout":          {tn.ReadTimeout, 15 * time.Second},
+		"ShutdownTimeout":      {tn.ShutdownTimeout, 15 * time.Second},
+		"StartupTimeout":       {tn.StartupTimeout, 2 * time.Minute},
+		"NATSPingInterval":     {tn.NATSPingInterval, 10 * time.Second},
+		"OutboxPublishTimeout": {tn.OutboxPublishTimeout, 10 * time.Second},
+		"OutboxLease":          {tn.OutboxLease, 30 * time.Second},
 	} {
-		want := map[string]time.Duration{
-			"DB_LOCK_TIMEOUT": 2 * time.Second, "DB_CONNECT_TIMEOUT": 5 * time.Second, "READ_TIMEOUT": 15 * time.Second,
-			"WRITE_TIMEOUT": 10 * time.Second, "PSP_TIMEOUT": 5 * time.Second, "SHUTDOWN_TIMEOUT": 15 * time.Second,
-			"STARTUP_TIMEOUT": 2 * time.Minute, "NATS_PING_INTERVAL": 10 * time.Second, "OUTBOX_PUBLISH_TIMEOUT": 10 * time.Second, "OUTBOX_LEASE": 30 * time.Second,
-		}[name]
-		if got != want {
-			t.Errorf("%s defaults to %s, want %s", name, got, want)
+		if got[0] != got[1] {
+			t.Errorf("%s defaults to %s, want %s", name, got[0], got[1])
 		}
 	}
 
-	for _, name := range []string{
-		"DB_LOCK_TIMEOUT", "DB_CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "PSP_TIMEOUT",
-		"SHUTDOWN_TIMEOUT", "STARTUP_TIMEOUT", "NATS_PING_INTERVAL", "OUTBOX_PUBLISH_TIMEOUT",
+	// The variables: zero is refused by Check (api serve's New).
+	for _, name := range []string{"WRITE_TIMEOUT", "PSP_TIMEOUT"} {
+		c, err := app.ConfigFromEnv(func(k string) string {
+			return map[string]string{"DATABASE_URL": "postgres://x", name: "0s"}[k]
+		})
+		if err != nil {
+			t.Fatalf("%s=0s: ConfigFromEnv: %v", name, err)
+		}
+		wantLine(t, c.Check(), name+" (0s) must be positive: ")
+	}
+	// The tuning fields, as a tuning file or a test would set them.
+	for name, zero := range map[string]func(*app.Tuning){
+		"DBLockTimeout":         func(t *app.Tuning) { t.DBLockTimeout = 0 },
+		"ReadTimeout":           func(t *app.Tuning) { t.ReadTimeout = 0 },
+		"ShutdownTimeout":       func(t *app.Tuning) { t.ShutdownTimeout = 0 },
+		"StartupTimeout":        func(t *app.Tuning) { t.StartupTimeout = 0 },
+		"NATSPingInterval":      func(t *app.Tuning) { t.NATSPingInterval = 0 },
+		"NATSDuplicateWindow":   func(t *app.Tuning) { t.NATSDuplicateWindow = 0 },
+		"OutboxPublishTimeout":  func(t *app.Tuning) { t.OutboxPublishTimeout = 0 },
+		"OutboxPollInterval":    func(t *app.Tuning) { t.OutboxPollInterval = 0 },
+		"WebhookWorkerInterval": func(t *app.Tuning) { t.WebhookWorkerInterval = 0 },
+		"RecovererBackoff":      func(t *app.Tuning) { t.RecovererBackoff = 0 },
 	} {
-		env := map[string]string{"DATABASE_URL": "postgres://x", name: "0s"}
-		_, err := app.ConfigFromEnv(func(k string) string { return env[k] })
-		if err == nil {
-			t.Errorf("%s=0s accepted", name)
-			continue
-		}
-		var line string
-		for _, l := range strings.Split(err.Error(), "\n") {
-			if strings.HasPrefix(l, name+" (0s) must be positive: ") {
-				line = l
-			}
-		}
-		if line == "" {
-			t.Errorf("%s=0s refused with %q, want one line %q", name, err, name+" (0s) must be positive: ...")
-		}
+		c := c
+		zero(&c.Tuning)
+		wantLine(t, c.Check(), "tuning "+name+" (0s) must be positive: ")
 	}
+}
 
-	env := map[string]string{"DATABASE_URL": "postgres://x", "OUTBOX_LEASE": "5s", "OUTBOX_PUBLISH_TIMEOUT": "5s"}
-	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
-		!strings.Contains(err.Error(), "OUTBOX_LEASE (5s) must be longer than OUTBOX_PUBLISH_TIMEOUT (5s)") {
-		t.Errorf("a lease as long as the publish timeout: %v", err)
+// wantLine fails unless err has a line that starts with prefix.
+func wantLine(t *testing.T, err error, prefix string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("accepted; want a line %q...", prefix)
+		return
 	}
-
-	// The wait for an admission slot runs on the request's deadline
-	// (WRITE_TIMEOUT): as long, and the deadline would end it first.
-	env = map[string]string{"DATABASE_URL": "postgres://x", "ADMISSION_WAIT": "10s", "WRITE_TIMEOUT": "10s"}
-	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
-		!strings.Contains(err.Error(), "ADMISSION_WAIT (10s) must be shorter than WRITE_TIMEOUT (10s)") {
-		t.Errorf("an admission wait as long as the request's deadline: %v", err)
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return
+		}
 	}
-
-	// Every admitted request needs a connection: fewer connections than
-	// admission slots and the slots could never all be used.
-	env = map[string]string{"DATABASE_URL": "postgres://x", "MAX_IN_FLIGHT": "40", "MAX_CONNECTIONS": "39"}
-	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
-		!strings.Contains(err.Error(), "MAX_CONNECTIONS (39) must be at least MAX_IN_FLIGHT (40)") {
-		t.Errorf("fewer connections than admission slots: %v", err)
-	}
-	env = map[string]string{"DATABASE_URL": "postgres://x", "MAX_CONNECTIONS": "0"}
-	if _, err := app.ConfigFromEnv(func(k string) string { return env[k] }); err == nil ||
-		!strings.Contains(err.Error(), "MAX_CONNECTIONS") {
-		t.Errorf("no connections at all: %v", err)
-	}
+	t.Errorf("refused with %q, want one line %q...", err, prefix)
 }

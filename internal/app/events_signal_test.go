@@ -16,7 +16,7 @@ import (
 func TestServicesWakeTheDispatcherAfterCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *app.Config) {
-		c.OutboxPollInterval = time.Hour
+		c.Tuning.OutboxPollInterval = time.Hour
 		c.PSPTimeout = 500 * time.Millisecond // for the unknown outcome below
 	})
 	published := func(eventType, aggregate string) func() bool {

@@ -116,7 +116,7 @@ func TestMetricsCountFailedPublishAttempts(t *testing.T) {
 func TestMetricsCoverEveryMechanism(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *app.Config) {
-		c.NATSDuplicateWindow = time.Second // so an operator replay reaches the consumer
+		c.Tuning.NATSDuplicateWindow = time.Second // so an operator replay reaches the consumer
 	})
 	ctx := context.Background()
 

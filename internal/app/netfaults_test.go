@@ -13,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/broker/brokertest"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/testkit"
 )
 
@@ -64,20 +63,17 @@ type faultyBundle struct {
 func startFaulty(t *testing.T, dep string, opts ...func(*app.Config)) *faultyBundle {
 	t.Helper()
 	cfg := testConfig(t)
-	cfg.DBLockTimeout = time.Second
-	// Not shorter: the SCRAM exchange of a new connection costs real CPU,
-	// and on a loaded machine under -race it can take over a second.
-	cfg.DBConnectTimeout = postgres.DefaultConnectTimeout
+	cfg.Tuning.DBLockTimeout = time.Second
 	cfg.WriteTimeout = nfWriteTimeout
 	cfg.PSPTimeout = nfPSPTimeout
 	cfg.IdempotencyLease = 2 * nfWriteTimeout
-	cfg.ShutdownTimeout = nfShutdownTimeout
-	cfg.WebhookWorkerInterval = 200 * time.Millisecond
-	cfg.RecovererInterval = 500 * time.Millisecond
-	cfg.OutboxPollInterval = 200 * time.Millisecond
-	cfg.OutboxPublishTimeout = time.Second
-	cfg.OutboxLease = 3 * time.Second
-	cfg.NATSPingInterval = 250 * time.Millisecond
+	cfg.Tuning.ShutdownTimeout = nfShutdownTimeout
+	cfg.Tuning.WebhookWorkerInterval = 200 * time.Millisecond
+	cfg.Tuning.RecovererInterval = 500 * time.Millisecond
+	cfg.Tuning.OutboxPollInterval = 200 * time.Millisecond
+	cfg.Tuning.OutboxPublishTimeout = time.Second
+	cfg.Tuning.OutboxLease = 3 * time.Second
+	cfg.Tuning.NATSPingInterval = 250 * time.Millisecond
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -369,8 +365,8 @@ func TestNetworkFaultsToPostgres(t *testing.T) {
 		// so that a connection held from the service's pool is the
 		// request's; the dispatcher (on its own pool) polls and hangs.
 		b := startFaulty(t, viaPostgres, func(c *app.Config) {
-			c.WebhookWorkerInterval = time.Hour
-			c.RecovererInterval = 0
+			c.Tuning.WebhookWorkerInterval = time.Hour
+			c.Tuning.RecovererInterval = 0
 		})
 		orderID, _ := b.order(t, "nf-pg-shutdown")
 		b.proxy.Blackhole(t)

@@ -14,9 +14,10 @@ import (
 
 // Operations is the registry of every idempotent operation of the service.
 // Each feature declares its own (orders.Specs, payments.Specs); adding an
-// operation is one entry there. From this list derive: the default
-// retention per operation and its RETENTION_<NAME> variable (Config), the
-// horizons the startup check holds it to (retention.Check), the series the
+// operation is one entry there. From this list derive: the retention per
+// operation (RETENTION_MONEY lengthens that of the operations covering the
+// settlement horizon, Config), the horizons the startup check holds it to
+// (retention.Check), the series the
 // metrics export from the start, and which operations the Recoverer must
 // resume (CheckOperations).
 func Operations() []operation.Spec {

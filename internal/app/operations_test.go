@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,38 +13,32 @@ import (
 )
 
 // Every operation of the registry has what the service needs of it: a
-// retention that covers its horizons and a RETENTION_ variable that changes
-// it, and, when it calls out, the recoverer resumes it (app.New refuses to
-// start otherwise; every end-to-end test starts one).
+// retention that covers its horizons, and RETENTION_MONEY lengthens it
+// exactly when the operation covers the settlement horizon; and, when it
+// calls out, the recoverer resumes it (app.New refuses to start otherwise;
+// every end-to-end test starts one).
 func TestEveryOperationIsComplete(t *testing.T) {
 	t.Parallel()
 	specs := app.Operations()
 	if len(specs) < 3 {
 		t.Fatalf("the registry has %d operations", len(specs))
 	}
-	seen := map[string]bool{}
+	c, err := app.ConfigFromEnv(func(name string) string {
+		return map[string]string{"DATABASE_URL": "postgres://x", "RETENTION_MONEY": "100d"}[name]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range specs {
 		if err := s.Check(); err != nil {
 			t.Error(err)
 		}
-		v := s.RetentionVariable()
-		if seen[v] {
-			t.Errorf("%s: %s is used twice", s.Name, v)
-		}
-		seen[v] = true
-		// The variable is read: a retention shorter than the horizons is
-		// refused by name.
-		_, err := app.ConfigFromEnv(func(name string) string {
-			switch name {
-			case "DATABASE_URL":
-				return "postgres://x"
-			case v:
-				return "1m"
-			}
-			return ""
-		})
-		if err == nil || !strings.Contains(err.Error(), "retention of "+string(s.Name)+" (1m)") {
-			t.Errorf("%s=1m: ConfigFromEnv = %v, want the retention of %s refused", v, err, s.Name)
+		money := slices.Contains(s.Covers, retention.HorizonSettlement)
+		if got := c.Retention.Idempotency[s.Name]; (got == 100*retention.Day) != money || (!money && got != s.Retention) {
+			t.Errorf("%s (money: %t): retention %v with RETENTION_MONEY=100d, registry %v", s.Name, money, got, s.Retention)
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/oncepay/oncepay/internal/testkit"
 )
 
-// Past MAX_IN_FLIGHT a request is shed with 503 overloaded and Retry-After
-// within ADMISSION_WAIT, before anything is done: the client's retry with the
+// Past MaxInFlight a request is shed with 503 overloaded and Retry-After
+// within AdmissionWait, before anything is done: the client's retry with the
 // same key is a first execution, not a replay, and so no effect is lost or
 // doubled. Probes and /metrics answer all the while, and /metrics shows the
 // shed request and the one in flight.
@@ -32,8 +32,8 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 			return nil
 		},
 	})}, func(c *app.Config) {
-		c.MaxInFlight = 1
-		c.AdmissionWait = 20 * time.Millisecond
+		c.Tuning.MaxInFlight = 1
+		c.Tuning.AdmissionWait = 20 * time.Millisecond
 	})
 	orderID, _ := b.order(t, "o-overload")
 
@@ -68,7 +68,7 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 	t0 := time.Now()
 	shed := b.do(t, "POST", "/v1/orders", acme, "o-shed", orderBody)
 	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("shed after %s: the answer must come within about ADMISSION_WAIT", d)
+		t.Errorf("shed after %s: the answer must come within about AdmissionWait", d)
 	}
 	if shed.status != http.StatusServiceUnavailable || shed.json(t)["code"] != "overloaded" {
 		t.Fatalf("order past capacity = %d %s, want 503 overloaded", shed.status, shed.body)

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 
+	"github.com/oncepay/oncepay/internal/broker"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
@@ -29,7 +31,7 @@ const (
 
 // errStartupTimeout is the cause of Start's context when StartupTimeout
 // has passed.
-var errStartupTimeout = errors.New("STARTUP_TIMEOUT passed")
+var errStartupTimeout = errors.New("the startup timeout passed")
 
 // dependency is what Start waits for.
 type dependency string
@@ -67,17 +69,16 @@ func (a *App) connect(ctx context.Context) error {
 		}
 	})
 	wg.Wait()
-	return startupError(a.cfg.StartupTimeout, dbErr, brokerErr)
+	return startupError(a.cfg.Tuning.StartupTimeout, dbErr, brokerErr)
 }
 
 // connectDatabase opens the pool once the database answers a ping.
 func (a *App) connectDatabase(ctx context.Context) error {
 	return a.waitFor(ctx, depDatabase, func(ctx context.Context) error {
 		pool, err := postgres.Open(ctx, a.cfg.DatabaseURL, postgres.PoolConfig{
-			MaxConns:       a.cfg.DBMaxConns,
-			LockTimeout:    a.cfg.DBLockTimeout,
-			ConnectTimeout: a.cfg.DBConnectTimeout,
-			Tracer:         a.dbTracer,
+			MaxConns:    a.cfg.DBMaxConns,
+			LockTimeout: a.cfg.Tuning.DBLockTimeout,
+			Tracer:      a.dbTracer,
 		})
 		if postgres.IsRejected(err) {
 			return permanent(err) // it answered, and refused us: waiting will not change that
@@ -202,7 +203,7 @@ func startupError(timeout time.Duration, errs ...error) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("gave up after STARTUP_TIMEOUT (%s): %s", timeout, strings.Join(missing, "; "))
+		return fmt.Errorf("gave up after the startup timeout (tuning StartupTimeout, %s): %s", timeout, strings.Join(missing, "; "))
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -239,4 +240,26 @@ func parseDatabaseURL(url string) error {
 		return fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	return nil
+}
+
+// connectBroker connects the broker (embedding one unless NATS_URL is
+// set), retrying a NATS_URL that does not answer yet until ctx ends.
+func (a *App) connectBroker(ctx context.Context) error {
+	cfg, logger := a.cfg, a.logger
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		var err error
+		if a.nats, err = broker.StartEmbedded(cfg.NATSStoreDir, logger.With("component", "nats")); err != nil {
+			return err
+		}
+		natsURL = a.nats.ClientURL()
+	}
+	return a.waitFor(ctx, depBroker, func(context.Context) error {
+		nc, js, err := broker.Connect(natsURL, "oncepay-api", logger.With("component", "nats"), broker.WithPingInterval(cfg.Tuning.NATSPingInterval))
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return permanent(err) // it answered, and refused us: waiting will not change that
+		}
+		a.nc, a.js = nc, js
+		return err
+	})
 }

@@ -124,7 +124,7 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 
 // TestStartupErrorsAreReportedAndCleanedUp starts the service with a
 // dependency it cannot have. A taken HTTP_ADDR fails New at once; a
-// dependency that never answers fails Start at STARTUP_TIMEOUT, one that
+// dependency that never answers fails Start at StartupTimeout, one that
 // refuses us for good (a role that does not exist) at once. Each error is one
 // line that says what is wrong, nothing panics, and a failed start leaves no
 // listener and no connection to the database behind.
@@ -149,16 +149,16 @@ func TestStartupErrorsAreReportedAndCleanedUp(t *testing.T) {
 			set:  func(c *app.Config) { c.HTTPAddr = taken.Addr().String() },
 			want: []string{"listen on " + taken.Addr().String()}},
 		{name: "NATS never answers", within: 30 * time.Second,
-			set:  func(c *app.Config) { c.NATSURL = "nats://" + goneAddr; c.StartupTimeout = time.Second },
-			want: []string{"gave up after STARTUP_TIMEOUT (1s)", "NATS (NATS_URL) never answered", "no servers available"}, notWant: "database"},
+			set:  func(c *app.Config) { c.NATSURL = "nats://" + goneAddr; c.Tuning.StartupTimeout = time.Second },
+			want: []string{"gave up after the startup timeout (tuning StartupTimeout, 1s)", "NATS (NATS_URL) never answered", "no servers available"}, notWant: "database"},
 		{name: "nothing answers", within: 30 * time.Second,
 			set: func(c *app.Config) {
 				c.DatabaseURL = "postgres://oncepay@" + goneAddr + "/oncepay?sslmode=disable"
 				c.NATSURL = "nats://" + goneAddr
-				c.StartupTimeout = time.Second
+				c.Tuning.StartupTimeout = time.Second
 			},
-			want: []string{"gave up after STARTUP_TIMEOUT (1s)", "the database (DATABASE_URL) never answered", "; NATS (NATS_URL) never answered"}},
-		{name: "the database refuses the role", within: 30 * time.Second, // not the minute of STARTUP_TIMEOUT
+			want: []string{"gave up after the startup timeout (tuning StartupTimeout, 1s)", "the database (DATABASE_URL) never answered", "; NATS (NATS_URL) never answered"}},
+		{name: "the database refuses the role", within: 30 * time.Second, // not the minute of StartupTimeout
 			set: func(c *app.Config) {
 				u, err := url.Parse(c.DatabaseURL)
 				if err != nil {
@@ -257,7 +257,7 @@ func freePort(t *testing.T) int {
 // TestStartupRetriesABrokerRequestLostOnTheWay: a JetStream request whose
 // answer never comes (the link to NATS swallowed it, and came back) is
 // retried within Start, each attempt bounded, instead of waited on until
-// STARTUP_TIMEOUT. The test holds the migration lock so that Start, both
+// StartupTimeout. The test holds the migration lock so that Start, both
 // dependencies answered, waits in its migrations; it turns the link into a
 // black hole, lets the migrations go, and heals the link once the proxy has
 // swallowed the first request of the stream's declaration.
@@ -265,11 +265,11 @@ func TestStartupRetriesABrokerRequestLostOnTheWay(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 	cfg.AutoMigrate = true // nothing to apply, but golang-migrate takes its lock
-	cfg.StartupTimeout = 40 * time.Second
+	cfg.Tuning.StartupTimeout = 40 * time.Second
 	// The stream the black hole cut a request out of stays broken after it
 	// healed: the client's pings find that out (two unanswered) and it
 	// reconnects; then a retry is answered.
-	cfg.NATSPingInterval = 500 * time.Millisecond
+	cfg.Tuning.NATSPingInterval = 500 * time.Millisecond
 	const natsToken = "lostrequesttoken"
 	natsPort := freePort(t)
 	logs := &testkit.Buffer{}
@@ -329,7 +329,7 @@ func TestStartupRetriesABrokerRequestLostOnTheWay(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start after a lost broker request: %v", err)
 		}
-	case <-time.After(cfg.StartupTimeout + 10*time.Second):
+	case <-time.After(cfg.Tuning.StartupTimeout + 10*time.Second):
 		t.Fatal("Start did not return")
 	}
 	if !logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"nats"`) {
@@ -345,7 +345,7 @@ func TestStartupRetriesABrokerRequestLostOnTheWay(t *testing.T) {
 func TestStartupRetriesASeedWhoseSessionWasEnded(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	cfg.DBLockTimeout = 30 * time.Second // the seed waits on the test's lock, not on lock_timeout
+	cfg.Tuning.DBLockTimeout = 30 * time.Second // the seed waits on the test's lock, not on lock_timeout
 	logs := &testkit.Buffer{}
 	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(logs, nil), testkit.Logger(t).Handler()))
 	_, cfg.PSPURL = startSimulator(t, cfg, nil, logger, time.Now)
@@ -397,7 +397,7 @@ func TestStartupRetriesASeedWhoseSessionWasEnded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start after the seed's session was ended: %v", err)
 		}
-	case <-time.After(cfg.StartupTimeout + 10*time.Second):
+	case <-time.After(cfg.Tuning.StartupTimeout + 10*time.Second):
 		t.Fatal("Start did not return")
 	}
 	if !logs.Contains(`"msg":"startup: waiting for a dependency","dependency":"database"`) {

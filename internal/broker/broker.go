@@ -193,7 +193,7 @@ func WithConnectTimeout(d time.Duration) ConnectOption {
 }
 
 // WithPingInterval is how often the client pings the server (default
-// DefaultPingInterval, 10s; NATS_PING_INTERVAL): it bounds how long a
+// DefaultPingInterval, 10s; app.Tuning.NATSPingInterval): it bounds how long a
 // server that stopped answering goes unnoticed.
 func WithPingInterval(d time.Duration) ConnectOption {
 	return func(c *connectConfig) {

@@ -10,7 +10,8 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// Admission defaults: MAX_IN_FLIGHT and ADMISSION_WAIT (internal/app).
+// Admission defaults: the service's tuning fields MaxInFlight and
+// AdmissionWait (app.Tuning).
 // DefaultMaxInFlight is twice the default pool (DB_MAX_CONNS, 20): enough
 // to keep every connection busy while payments wait on the provider, few
 // enough that an admitted request waits little for its connection.

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// DefaultMaxConnections is the default of MAX_CONNECTIONS (internal/app):
+// DefaultMaxConnections is the default of app.Tuning.MaxConnections:
 // a bound on memory, not the means of shedding. Admission sheds past
 // capacity; the connections of the requests being shed come and go within
-// ADMISSION_WAIT. The limit is reached only when even shedding cannot keep
+// AdmissionWait. The limit is reached only when even shedding cannot keep
 // up, and then the queue moves into the kernel, whose order is first come,
 // first served: at 1024, on two cores shared with the load generator, the
 // answers came after seconds instead of milliseconds (docs/RELIABILITY.md,

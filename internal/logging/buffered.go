@@ -20,7 +20,7 @@ import (
 )
 
 // DefaultFlushInterval is how long a line may wait in a Buffered unless
-// NewBuffered is told otherwise (LOG_FLUSH_INTERVAL).
+// NewBuffered is told otherwise (app.Tuning.LogFlushInterval).
 const DefaultFlushInterval = 100 * time.Millisecond
 
 // maxBuffered is how many bytes a Buffered holds before it writes them out

@@ -82,7 +82,7 @@ func New() *Metrics {
 		}, []string{"subscriber", "result"}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_http_shed_total",
-			Help: "Requests answered 503 overloaded because MAX_IN_FLIGHT requests were being worked on and no slot freed within ADMISSION_WAIT (oncepay_http_request_duration_seconds has them by route).",
+			Help: "Requests answered 503 overloaded because MaxInFlight requests were being worked on and no slot freed within AdmissionWait (oncepay_http_request_duration_seconds has them by route).",
 		}),
 	}
 	m.reg.MustRegister(
@@ -160,7 +160,7 @@ func (m *Metrics) Shed(string) { m.shed.Inc() }
 func (m *Metrics) WatchAdmission(inFlight func() int64, limit int) {
 	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "oncepay_http_requests_in_flight_limit",
-		Help: "MAX_IN_FLIGHT: the requests admitted at once; more wait up to ADMISSION_WAIT, then get 503 overloaded.",
+		Help: "MaxInFlight (tuning): the requests admitted at once; more wait up to AdmissionWait, then get 503 overloaded.",
 	})
 	limitGauge.Set(float64(limit))
 	m.reg.MustRegister(
@@ -173,12 +173,12 @@ func (m *Metrics) WatchAdmission(inFlight func() int64, limit int) {
 }
 
 // WatchConnections exports the connections the server holds open (open,
-// read at each scrape), MAX_CONNECTIONS, and the idle keep-alive
+// read at each scrape), MaxConnections, and the idle keep-alive
 // connections closed to make room for new ones (reclaimed).
 func (m *Metrics) WatchConnections(open func() int64, limit int, reclaimed func() int64) {
 	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "oncepay_http_connections_limit",
-		Help: "MAX_CONNECTIONS: the connections held open at once; past it new ones wait in the kernel's accept queue and the longest idle one is closed to make room.",
+		Help: "MaxConnections (tuning): the connections held open at once; past it new ones wait in the kernel's accept queue and the longest idle one is closed to make room.",
 	})
 	limitGauge.Set(float64(limit))
 	m.reg.MustRegister(

@@ -2,7 +2,6 @@ package operation
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -11,9 +10,8 @@ import (
 
 // Spec declares one idempotent operation of the service: the entry it has in
 // the registry (internal/app, operations.go). The retention policy, the
-// configuration (RETENTION_<NAME>), the startup horizon check, the metrics'
-// series and the Recoverer's list all derive from the registry, so adding an
-// operation is one entry.
+// startup horizon check, the metrics' series and the Recoverer's list all
+// derive from the registry, so adding an operation is one entry.
 type Spec struct {
 	// Name scopes the operation's keys (with the tenant), e.g. "orders.create".
 	Name idempotency.Operation
@@ -22,17 +20,10 @@ type Spec struct {
 	// Covers are the horizons that retention must cover: every
 	// operation covers the client's retry; money covers settlement.
 	Covers []retention.Horizon
-	// Resumable is set for an operation with an external call (a Phases
-	// operation): its abandoned attempts are resumed by the Recoverer, which
+	// Resumable is set for an operation with an external call (a step after
+	// the first): its abandoned attempts are resumed by the Recoverer, which
 	// must know it.
 	Resumable bool
-}
-
-// RetentionVariable is the environment variable that overrides the
-// operation's retention: RETENTION_ and the name in capitals with dots as
-// underscores (RETENTION_PAYMENTS_CREATE).
-func (s Spec) RetentionVariable() string {
-	return "RETENTION_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(string(s.Name)))
 }
 
 // Check reports what a spec lacks.

@@ -29,8 +29,8 @@ type dispatcherConfig struct {
 	lingerSet bool
 }
 
-// The defaults of the options that the service's configuration also sets
-// (OUTBOX_POLL_INTERVAL, OUTBOX_MAX_ATTEMPTS, OUTBOX_PUBLISH_TIMEOUT).
+// The defaults of the options, which the service's tuning (app.Tuning's
+// Outbox fields) starts from; the service keeps DefaultMaxAttempts.
 const (
 	DefaultPollInterval   = time.Second
 	DefaultMaxAttempts    = 10
@@ -150,7 +150,8 @@ func WithDatabaseTimeout(t time.Duration) DispatcherOption {
 func WithMaxAttempts(n int) DispatcherOption { return func(d *Dispatcher) { d.cfg.maxAttempts = n } }
 
 // WithAtomicBatches publishes a claimed batch of at least min events as one
-// JetStream atomic batch (default DefaultAtomicMin, 32; OUTBOX_ATOMIC_MIN).
+// JetStream atomic batch (default DefaultAtomicMin, 32; the service's
+// tuning field OutboxAtomicMin).
 // Unlike the other options, 0 or less is a value: no batch is. See publish
 // for what an atomic batch costs and saves.
 func WithAtomicBatches(min int) DispatcherOption {
@@ -158,7 +159,7 @@ func WithAtomicBatches(min int) DispatcherOption {
 }
 
 // WithLinger makes a loop that a commit woke wait l before it claims
-// (default DefaultLinger, 5 ms; OUTBOX_LINGER), so that the commits of
+// (default DefaultLinger, 5 ms; the tuning's OutboxLinger), so that the commits of
 // that time share its batch: under load one claim, one publish and one
 // mark serve many events instead of one each, for at most l more between
 // a commit and its publish. While one loop lingers, wake-ups go to it and

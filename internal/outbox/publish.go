@@ -60,7 +60,7 @@ func (d *Dispatcher) publish(ctx context.Context, rows []dbsqlc.OutboxEvent, cla
 	}
 	// One publish timeout for the batch, the atomic attempt and the
 	// message-by-message one together: the round's budget and the lease
-	// (OUTBOX_LEASE > OUTBOX_PUBLISH_TIMEOUT) count on it.
+	// (the lease longer than the publish timeout) count on it.
 	wait, cancel := context.WithTimeout(ctx, d.cfg.publishTimeout)
 	defer cancel()
 	if d.cfg.atomicMin > 0 && len(msgs) >= max(d.cfg.atomicMin, 2) && len(msgs) <= MaxAtomicBatch {

@@ -17,7 +17,7 @@ import (
 // (docs/BENCHMARKS.md, "NOTIFY serialized commits"). The process that
 // commits an event runs a dispatcher itself (api serve), so waking it in
 // memory after the commit costs nothing. Dispatchers of other processes
-// find the event at their next poll (OUTBOX_POLL_INTERVAL) if this one
+// find the event at their next poll (the tuning's OutboxPollInterval) if this one
 // cannot publish it, and operators' commands still wake every dispatcher
 // with a NOTIFY of their own (OutboxNotify).
 //

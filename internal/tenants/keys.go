@@ -101,7 +101,7 @@ func (s *Service) Keys(ctx context.Context, slug string) ([]Key, error) {
 // two keys share it). It returns the key as it now is; revoking a revoked
 // key changes nothing, and a key still in a rotation's overlap stops now.
 // A process that cached the key accepts it for at most its cache TTL more
-// (WithCacheTTL, AUTH_CACHE_TTL).
+// (WithCacheTTL, app.Tuning.AuthCacheTTL).
 func (s *Service) RevokeKey(ctx context.Context, ref string) (Key, error) {
 	ref = strings.TrimSpace(ref)
 	var p dbsqlc.APIKeyFindParams

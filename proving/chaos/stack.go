@@ -309,11 +309,9 @@ func (s *stack) startPSP(ctx context.Context) error {
 	return nil
 }
 
-// apiEnv is the configuration of both API processes. Leases, timeouts and
-// intervals are shorter than the defaults so that a run settles in seconds,
-// and keep their proportions: the provider timeout and the write timeout
-// stay below the lease (6s unless configured), so a live attempt is never
-// taken over.
+// apiEnv is the configuration of both API processes. The provider timeout
+// and the write timeout stay below the lease (6s unless configured), so a
+// live attempt is never taken over.
 func (s *stack) apiEnv(i int, addr string) []string {
 	env := append(baseEnv(),
 		"DATABASE_URL="+withApplicationName(s.apiDB, apiName(i)),
@@ -327,17 +325,7 @@ func (s *stack) apiEnv(i int, addr string) []string {
 		"PSP_TIMEOUT=2s",
 		"WRITE_TIMEOUT="+WriteTimeout.String(),
 		"IDEMPOTENCY_LEASE="+s.lease.String(),
-		"RECOVERER_INTERVAL=1s",
-		// The recoverer's backoff scaled to the run's minutes (the service's
-		// 30s doubling to 15m is for hours-long outages), and a bound no run
-		// of injected faults spends: a held attempt would stay pending past
-		// the settle phase. TestRecoveryBoundHoldsTheAttempt proves the bound.
-		"RECOVERER_BACKOFF=1s",
-		"RECOVERER_BACKOFF_MAX=5s",
-		"RECOVERER_MAX_ATTEMPTS=100",
-		"WEBHOOK_WORKER_INTERVAL=500ms",
 		"SWEEP_INTERVAL=0",
-		"SHUTDOWN_TIMEOUT=5s",
 	)
 	if s.outbox {
 		env = append(env, "NATS_URL="+s.apiNATS)
@@ -346,6 +334,32 @@ func (s *stack) apiEnv(i int, addr string) []string {
 		}
 	}
 	return env
+}
+
+// apiTuning is the tuning file of both API processes (api serve --tuning):
+// intervals shorter than the defaults so that a run settles in seconds.
+// The recoverer's backoff is scaled to the run's minutes (the service's 30s
+// doubling to 15m is for hours-long outages), with a bound no run of
+// injected faults spends: a held attempt would stay pending past the settle
+// phase. TestRecoveryBoundHoldsTheAttempt proves the bound.
+var apiTuning = map[string]any{
+	"RecovererInterval":     "1s",
+	"RecovererBackoff":      "1s",
+	"RecovererBackoffMax":   "5s",
+	"RecovererMaxAttempts":  100,
+	"WebhookWorkerInterval": "500ms",
+	"ShutdownTimeout":       "5s",
+}
+
+// writeTuning writes apiTuning into the run's directory and returns its
+// path.
+func (s *stack) writeTuning() (string, error) {
+	data, err := json.MarshalIndent(apiTuning, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(s.dir, "api-tuning.json")
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 // apiName is API i's application_name in pg_stat_activity; its outbox
@@ -374,7 +388,11 @@ func (s *stack) startAPI(ctx context.Context, i int) error {
 		}
 		s.apiLog.watch(line)
 	}
-	p, err := startProc(fmt.Sprintf("api-%d", i), s.bin.API, []string{"serve"}, s.apiEnv(i, a.addr), s.dir, &s.races, watch)
+	tuning, err := s.writeTuning()
+	if err != nil {
+		return err
+	}
+	p, err := startProc(fmt.Sprintf("api-%d", i), s.bin.API, []string{"serve", "--tuning", tuning}, s.apiEnv(i, a.addr), s.dir, &s.races, watch)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 // R x --duration finished idempotency records that expire at R per second
 // over the next --duration, and offers the same load again while the
 // service's sweeper (retention.Sweeper.Run, SWEEP_INTERVAL's default of a
-// minute, SWEEP_BATCH and SWEEP_DUTY_CYCLE's) runs (create-keeping-pace).
+// minute, SweepBatch and SweepDutyCycle's) runs (create-keeping-pace).
 // What it creates, it forgets at the same rate. Targets: when the load
 // ends, at most what one sweep interval lets expire (plus a batch) is
 // expired and not deleted (the sweeper is at most one round behind); after

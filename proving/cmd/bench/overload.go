@@ -367,7 +367,7 @@ func overloadTargets(r openLoopResult, violations int, checked int) []target {
 			maxG = max(maxG, s.goroutines)
 			limit = max(limit, s.connsLimit)
 		}
-		// One goroutine per open connection, at most MAX_CONNECTIONS of
+		// One goroutine per open connection, at most MaxConnections of
 		// them, and the service's own (about 70 when idle, a few more per
 		// admitted request): never a number that follows the offered load.
 		out = append(out,
