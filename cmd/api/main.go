@@ -13,7 +13,7 @@
 //
 // "api --help" lists the commands, "api <command> --help" (or "api help
 // <command>") explains one. Configuration comes from environment variables;
-// the README lists them all.
+// docs/CONFIGURATION.md lists them all.
 package main
 
 import (
@@ -85,8 +85,8 @@ Commands:
 
 Run "api <command> --help" for what a command does, its flags and the
 environment variables it reads. Configuration comes from environment variables
-(DATABASE_URL, HTTP_ADDR, DEMO_MODE, ...); the README's Configuration section
-lists them all with their defaults. Documentation: README.md and docs/.
+(DATABASE_URL, HTTP_ADDR, DEMO_MODE, ...); docs/CONFIGURATION.md lists them
+all with their defaults. Documentation: README.md and docs/.
 `
 
 // helps are the commands' own help texts, printed by "api <command> --help"
@@ -113,7 +113,7 @@ it stops accepting requests, gives in-flight ones SHUTDOWN_TIMEOUT to finish,
 then stops the workers. Work cut off is either committed or resumed by a
 client's retry or the recoverer.
 
-Environment (default in brackets; the README lists every variable):
+Environment (default in brackets; docs/CONFIGURATION.md lists every variable):
   DATABASE_URL          PostgreSQL URL (required)
   HTTP_ADDR             listen address [127.0.0.1:8080]
   DEMO_MODE             seed tenants acme/globex (keys sk_test_acme, sk_test_globex),
@@ -225,7 +225,7 @@ Flags:
 
 Environment: DATABASE_URL (required), SWEEP_INTERVAL [1m], SWEEP_BATCH [250],
 SWEEP_DUTY_CYCLE [0.0625],
-RETENTION_* and HORIZON_* (see the README). It refuses to start with a
+RETENTION_* and HORIZON_* (see docs/CONFIGURATION.md). It refuses to start with a
 retention shorter than a horizon it must cover.
 `,
 	"outbox": `Usage: api outbox stuck [--limit N] | retry <event-id> | replay <event-id>

@@ -22,8 +22,8 @@ import (
 	"github.com/oncepay/oncepay/internal/tenants"
 )
 
-// Config is the process configuration, read from environment variables (the
-// README lists them). Every field has a default that makes `make run` work.
+// Config is the process configuration, read from environment variables
+// (docs/CONFIGURATION.md lists them). Every field has a default that makes `make run` work.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection URL (DATABASE_URL, required).
 	DatabaseURL string

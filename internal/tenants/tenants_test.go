@@ -119,7 +119,7 @@ func TestCacheExpiresAfterTheTTL(t *testing.T) {
 }
 
 // Without WithCacheTTL a key is cached for DefaultCacheTTL, 30 seconds (the
-// AUTH_CACHE_TTL default the README names).
+// AUTH_CACHE_TTL default docs/CONFIGURATION.md names).
 func TestCacheTTLDefaultsToThirtySeconds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
