@@ -110,9 +110,9 @@ func TestMetricsCountFailedPublishAttempts(t *testing.T) {
 	}
 }
 
-// Every series the docs list (README "Metrics") appears on /metrics once
-// its mechanism ran, with the labels the docs name. A metric that a refactor
-// disconnects from its observer fails here.
+// Every series the docs list (docs/OPERATIONS.md, "Every series") appears
+// on /metrics once its mechanism ran, with the labels the docs name. A
+// metric that a refactor disconnects from its observer fails here.
 func TestMetricsCoverEveryMechanism(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *app.Config) {

@@ -29,8 +29,8 @@ func TestEmbeddedSyncsAlwaysByDefault(t *testing.T) {
 	}
 }
 
-// The compose demo's nats-server, and the configuration README and
-// docs/RELIABILITY.md give for a NATS_URL server, sync always too: the file
+// The compose demo's nats-server, and the configuration docs/CONFIGURATION.md
+// and docs/RELIABILITY.md give for a NATS_URL server, sync always too: the file
 // is read as nats-server reads it.
 func TestComposeNATSConfigSyncsAlways(t *testing.T) {
 	t.Parallel()

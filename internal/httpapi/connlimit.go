@@ -14,8 +14,8 @@ import (
 // AdmissionWait. The limit is reached only when even shedding cannot keep
 // up, and then the queue moves into the kernel, whose order is first come,
 // first served: at 1024, on two cores shared with the load generator, the
-// answers came after seconds instead of milliseconds (docs/RELIABILITY.md,
-// "Overload", run 4). 4096, the kernel's usual accept queue, holds a
+// answers came after seconds instead of milliseconds (run 4 of
+// docs/log/2026-12-01-reliability.md). 4096, the kernel's usual accept queue, holds a
 // process to some tens of KiB each, about 150 MiB.
 const DefaultMaxConnections = 4096
 

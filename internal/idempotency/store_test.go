@@ -160,7 +160,7 @@ func TestKeyScope(t *testing.T) {
 }
 
 // Without WithLease a claim is leased for DefaultLease, 30 seconds (the
-// IDEMPOTENCY_LEASE default the README names); WithLease changes it, and a
+// IDEMPOTENCY_LEASE default docs/CONFIGURATION.md names); WithLease changes it, and a
 // lease that is not positive keeps the default.
 func TestStoreLeaseDefaultAndOption(t *testing.T) {
 	t.Parallel()

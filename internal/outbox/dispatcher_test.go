@@ -485,7 +485,7 @@ func TestDispatchOnceVisitsEveryTenant(t *testing.T) {
 // A backlog drains without looking for tenants again after every batch:
 // OutboxDueTenants reads every due row's tenant, so a round that asked it
 // again per batch would read a backlog of n rows n/batch times (quadratic;
-// the burn-down of docs/BENCHMARKS.md fell to a third by it).
+// the burn-down of docs/log/2026-12-02-benchmarks.md fell to a third by it).
 func TestABacklogDrainsWithoutLookingForTenantsAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -6,7 +6,7 @@ import (
 )
 
 // Without options a Provider bounds each call by DefaultTimeout, 5 seconds
-// (the PSP_TIMEOUT default the README names), and sends no API key; the
+// (the PSP_TIMEOUT default docs/CONFIGURATION.md names), and sends no API key; the
 // options set both.
 func TestProviderDefaultsAndOptions(t *testing.T) {
 	t.Parallel()

@@ -258,8 +258,8 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 
 // A sweeper without options deletes DefaultBatchSize (250) rows per
 // statement and reports records stuck DefaultStuckAfter (15 minutes) after
-// their lease, as the README says; options change both,
-// and a value that is not positive keeps the default.
+// their lease, as docs/CONFIGURATION.md and docs/OPERATIONS.md say; options
+// change both, and a value that is not positive keeps the default.
 func TestSweeperDefaultsAndOptions(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
