@@ -1,13 +1,13 @@
 // Package orders owns the product catalog, its stock and orders: the local
 // mutation of the service, and the order's lifecycle.
 //
-// Creating an order is the textbook idempotent write (the brief's "local
-// mutation" flow, run by operation.Local): one transaction claims the
+// Creating an order is the textbook idempotent write, an operation of one
+// step (operation.Phases; create.go): one transaction claims the
 // idempotency key, inserts the order, appends the order.created outbox event
 // and stores the response. Besides the idempotency record, which expires, an
 // order keeps the key that created it under a unique constraint for its
 // whole life: a genuine late retry after the record is gone still finds the
-// original order (drill 8).
+// original order.
 //
 // The lifecycle is a typed Status with forward-only transitions decided here
 // (Transitions); payments and fulfillment move an order only through

@@ -54,7 +54,7 @@ func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 	req := a.Claim.Request()
 	st := storeOf(tx)
 	// A payment under this key while no record exists: the record expired
-	// and a genuine late retry arrived (drill 8). The payment decides.
+	// and a genuine late retry arrived. The payment decides.
 	prev, found, err := st.paymentByKey(ctx, req.TenantID, string(req.Key))
 	if err != nil {
 		return operation.Outcome{}, err

@@ -15,7 +15,8 @@
 //	                  outcome
 //
 // The provider is called with no transaction open, with a key derived from
-// the claim that is the same for every retry and every recovery (rule 7),
+// the claim that is the same for every retry and every recovery (the
+// operation's identity, passed downstream),
 // and with our reference in its metadata. Recording the outcome writes the
 // payment's or refund's final status, the order's new status, the outbox
 // event and the stored response in one transaction. A crash between the

@@ -62,7 +62,8 @@ func (s *Service) Refund(ctx context.Context, req idempotency.Request, paymentID
 func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Attempt[refundAttempt]) (operation.Outcome, error) {
 	req := a.Claim.Request()
 	st := storeOf(tx)
-	// A refund under this key while no record exists: a late retry (drill 8).
+	// A refund under this key while no record exists: a late retry after
+	// the record expired.
 	prev, found, err := st.refundByKey(ctx, req.TenantID, string(req.Key))
 	if err != nil {
 		return operation.Outcome{}, err

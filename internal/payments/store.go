@@ -72,7 +72,7 @@ func (st store) lockPayment(ctx context.Context, tenantID, id uuid.UUID) (Paymen
 }
 
 // paymentByKey and refundByKey find what a key created, for a late retry
-// whose idempotency record has expired (drill 8).
+// whose idempotency record has expired.
 func (st store) paymentByKey(ctx context.Context, tenantID uuid.UUID, key string) (Payment, bool, error) {
 	row, err := st.q.PaymentGetByIdempotencyKey(ctx, dbsqlc.PaymentGetByIdempotencyKeyParams{TenantID: tenantID, IdempotencyKey: key})
 	if missing, err := noRow(err, "load payment by key"); missing || err != nil {
