@@ -24,7 +24,7 @@ import (
 // answers within a stated bound (a 503 with a stable code, or success), the
 // background workers carry on once the fault lifts, a shutdown finishes
 // within its bound while the peer hangs, and nothing is charged twice.
-// docs/RELIABILITY.md ("Network faults") lists them with their bounds.
+// docs/TIMEOUTS.md lists them with their bounds.
 
 // The dependencies a fault proxy can stand in front of.
 const (

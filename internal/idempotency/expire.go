@@ -18,7 +18,7 @@ import (
 // transaction holds is skipped for the next batch, so sweepers never wait
 // on requests or on each other.
 func (s *Store) DeleteExpired(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).IdempotencyDeleteExpired(ctx, dbsqlc.IdempotencyDeleteExpiredParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+	return dbsqlc.New(tx).IdempotencyDeleteExpired(ctx, dbsqlc.IdempotencyDeleteExpiredParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is the sweeper's batch size, at most 100,000 (app.Tuning)
 }
 
 // CountStuck counts pending records whose lease ran out before cutoff:

@@ -92,5 +92,5 @@ func ProcessedBy(ctx context.Context, pool *pgxpool.Pool, tenantID uuid.UUID, me
 // broker may redeliver and an operator may replay the message. A row
 // another transaction holds is skipped for the next batch.
 func DeleteExpired(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+	return dbsqlc.New(tx).InboxDeleteProcessed(ctx, dbsqlc.InboxDeleteProcessedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is the sweeper's batch size, at most 100,000 (app.Tuning)
 }

@@ -147,7 +147,7 @@ func notFound(err error, what string) error {
 // batch of the retention sweeper. An unpublished event is never deleted,
 // and a row another transaction holds is skipped for the next batch.
 func DeleteExpired(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+	return dbsqlc.New(tx).OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{TenantID: tenant, Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is the sweeper's batch size, at most 100,000 (app.Tuning)
 }
 
 // HasEvent reports whether the tenant has event id; another tenant's event

@@ -15,5 +15,5 @@ import (
 // receipt another transaction holds (a worker applying it) is skipped for
 // the next batch.
 func DeleteExpired(ctx context.Context, tx pgx.Tx, cutoff time.Time, limit int) (int64, error) {
-	return dbsqlc.New(tx).WebhookReceiptDeleteProcessed(ctx, dbsqlc.WebhookReceiptDeleteProcessedParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is SWEEP_BATCH, at most 100,000 (app.ConfigFromEnv)
+	return dbsqlc.New(tx).WebhookReceiptDeleteProcessed(ctx, dbsqlc.WebhookReceiptDeleteProcessedParams{Cutoff: cutoff, MaxRows: int32(limit)}) // #nosec G115 -- limit is the sweeper's batch size, at most 100,000 (app.Tuning)
 }
