@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,6 +85,8 @@ func TestBatchStepOfAKeyInFlight(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	entered, release := make(chan struct{}, 2), make(chan struct{})
+	var unblock sync.Once
+	t.Cleanup(func() { unblock.Do(func() { close(release) }) }) // before the pool closes, whatever failed
 	var runs atomic.Int32
 	op := b.oneBatch(func(ctx context.Context, bt *operation.Batch, a *operation.Attempt[string]) (operation.Outcome, error) {
 		if err := bt.Send(ctx); err != nil {
@@ -110,8 +113,8 @@ func TestBatchStepOfAKeyInFlight(t *testing.T) {
 	<-entered // the first holds its claim...
 	go run(r, "first", same)
 	go run(other, "other", another)
-	waitLockWaiters(t, b, 2) // ...and the other two wait for it
-	close(release)
+	waitClaims(t, b, 2) // ...and the other two wait for it in their claims
+	unblock.Do(func() { close(release) })
 	if a := <-first; a.err != nil || a.resp.Replayed || string(a.resp.Body) != "first" {
 		t.Fatalf("first = %+v, %v", a.resp, a.err)
 	}
@@ -126,22 +129,25 @@ func TestBatchStepOfAKeyInFlight(t *testing.T) {
 	}
 }
 
-// waitLockWaiters waits until n of the test database's backends wait for a
-// lock.
-func waitLockWaiters(t *testing.T, b *bundle, n int) {
+// waitClaims waits until n of the test database's backends are in the
+// claim of a key (its INSERT into api_idempotency) and still at it: waiting
+// for the row lock of the claim in flight (on Citus, for the worker that
+// waits for it).
+func waitClaims(t *testing.T, b *bundle, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int
 		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
+			  AND query LIKE '%INSERT INTO api_idempotency%'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d backends wait for a lock after 10s, want %d", waiting, n)
+			t.Fatalf("%d backends are in a claim after 10s, want %d", waiting, n)
 		}
 		time.Sleep(5 * time.Millisecond) // polling pg_stat_activity, with the deadline above
 	}
