@@ -166,6 +166,21 @@ func TestPlanIsReplayable(t *testing.T) {
 	}
 }
 
+// A relative work folder (--work-dir .data/x) is made absolute: the
+// processes run in it and are started by the paths of their binaries in
+// it, which a relative folder would name twice (the API did not start, and
+// the run panicked on its way out).
+func TestARelativeWorkDirIsMadeAbsolute(t *testing.T) {
+	t.Parallel()
+	c := Config{Intents: 1, RepoDir: ".", WorkDir: filepath.Join(".data", "chaos", "x")}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(c.WorkDir) || !strings.HasSuffix(c.WorkDir, filepath.Join(".data", "chaos", "x")) {
+		t.Fatalf("WorkDir = %q, want the absolute path of the relative one", c.WorkDir)
+	}
+}
+
 // A stack that fails to start reports why in one line and stops what it had
 // started: here the simulator runs, and the API binary is missing.
 func TestStartStackFailureIsReported(t *testing.T) {

@@ -103,6 +103,12 @@ func (c *Config) defaults() error {
 	if c.RepoDir == "" || c.WorkDir == "" {
 		return errors.New("chaos: RepoDir and WorkDir are required")
 	}
+	// The processes run in the work folder and are started by the paths of
+	// their binaries in it: a relative folder would name them twice.
+	var err error
+	if c.WorkDir, err = filepath.Abs(c.WorkDir); err != nil {
+		return fmt.Errorf("chaos: WorkDir: %w", err)
+	}
 	if c.Cluster && (c.DBFaults || c.NetFaults || c.DatabaseURL != "") {
 		return errors.New("chaos: a cluster run starts its own Citus cluster and takes neither database nor network faults: " +
 			"DBFaults and NetFaults off, DatabaseURL empty")
@@ -326,6 +332,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		cfg.Seed, rep.PlanHash, cfg.Intents, len(plan.Steps), outbox, cfg.WorkDir)
 
 	dbURL := cfg.DatabaseURL
+	// The deferred stops below read the report through report: a run that
+	// fails to start returns no report (rep is nil by then), and its
+	// databases are kept all the same.
+	report := rep
 	var pg *Postgres
 	var citus *Citus
 	var workers []*pgxpool.Pool
@@ -336,10 +346,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Cluster = &ClusterFacts{Workers: len(citus.Workers)}
 		defer func() {
-			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			keep := cfg.KeepPostgres || err != nil || len(report.Violations) > 0
 			citus.Close(keep)
 			if keep {
-				rep.Cluster.Dirs = citus.Dirs()
+				report.Cluster.Dirs = citus.Dirs()
 			}
 		}()
 		dbURL = citus.URL()
@@ -358,10 +368,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		// After the stack has stopped (deferred below, so run first).
 		defer func() {
-			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			keep := cfg.KeepPostgres || err != nil || len(report.Violations) > 0
 			pg.Close(keep)
 			if keep {
-				rep.PostgresDir = pg.Dir()
+				report.PostgresDir = pg.Dir()
 			}
 		}()
 		dbURL = pg.URL()
