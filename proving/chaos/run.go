@@ -204,6 +204,12 @@ type Report struct {
 	Steps      map[StepKind]int  `json:"steps"`
 	// Paths counts API log lines that show recovery paths at work.
 	Paths map[string]int `json:"paths"`
+	// Unplaced says, for each fault kind the run never injected although
+	// its steps ran, why they could not place it in time (a trap that
+	// caught no process at that point, a terminate step that found no
+	// connection): on a busy machine the moment a trap waits for may not
+	// come. A short run reports these kinds; a long one fails on them.
+	Unplaced map[FaultKind]string `json:"unplaced,omitempty"`
 	// KeyRetention is the provider's key retention during the run.
 	KeyRetention time.Duration `json:"key_retention"`
 	WorkDir      string        `json:"work_dir"`
@@ -706,6 +712,15 @@ func (r *runner) finish(ctx context.Context, h History) {
 	rep.Outages = outageStats(h.Outages)
 	rep.GaveUp = GaveUpDuringOutages(h)
 	rep.Paths = r.stack.apiLog.counts()
+	unplaced := r.faults.unplacedSnapshot()
+	for _, k := range rep.MissingFaults() {
+		if why, ok := unplaced[k]; ok {
+			if rep.Unplaced == nil {
+				rep.Unplaced = map[FaultKind]string{}
+			}
+			rep.Unplaced[k] = why
+		}
+	}
 	rep.KeyRetention = r.cfg.ProviderKeyRetention
 	if err := writeJSON(filepath.Join(r.cfg.WorkDir, "history.json"), h); err != nil {
 		r.cfg.Logf("chaos: save history: %v", err)
