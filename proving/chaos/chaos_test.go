@@ -43,8 +43,8 @@ func TestChaosShort(t *testing.T) {
 
 // runShort runs the short mode (200 seeded intents, 8 clients) with the
 // topology change sets, logs its report, and fails t on an error of the
-// run, a violation, a run that did not settle, or a fault kind never
-// injected for another reason than a step that could
+// run, a violation, a run that did not settle, a request answered 500, or
+// a fault kind never injected for another reason than a step that could
 // not place it in time (Report.RunFailures); the kinds that could not be
 // placed are logged.
 func runShort(t *testing.T, change func(*Config)) *Report {

@@ -57,6 +57,10 @@ func (rep *Report) Print(w io.Writer) {
 	p("  provider: %d charges in the ledger; webhooks: %d events, %d delivered, %d abandoned, %d attempts",
 		rep.Charges, rep.Webhooks.Events, rep.Webhooks.Delivered, rep.Webhooks.Abandoned, rep.Webhooks.Attempts)
 	p("  provider key retention %v (ours: 45 days)", rep.KeyRetention)
+	p("  answered 500 internal_error: %d (every fault of the run is one the contract answers 503)", rep.InternalErrors)
+	for _, l := range rep.InternalErrorLines {
+		p("    %s", l)
+	}
 	if rep.DBFaults {
 		o := rep.Outages
 		p("database away %d times, %v in all (longest %v); calls whose client gave up meanwhile: %d (resumed after settling)",
@@ -139,7 +143,8 @@ func (rep *Report) Print(w io.Writer) {
 // only on a kind that was never injected for another reason than a step
 // that could not place it in time (Unplaced: on a busy machine the moment
 // a trap waits for may not come within its window, and that says nothing
-// about the service).
+// about the service); it fails on any request answered 500, since every
+// fault of the run is one the contract answers 503.
 func (rep *Report) RunFailures(short bool) []string {
 	var out []string
 	var missing []FaultKind
@@ -161,6 +166,9 @@ func (rep *Report) RunFailures(short bool) []string {
 			line += " (" + strings.Join(why, "; ") + ")"
 		}
 		out = append(out, line)
+	}
+	if short && rep.InternalErrors > 0 {
+		out = append(out, fmt.Sprintf("%d requests answered 500 internal_error (their log lines are in the report above)", rep.InternalErrors))
 	}
 	return out
 }

@@ -6,7 +6,8 @@ import (
 )
 
 // everyFault is the report of a single-server run with every option on
-// that injected every kind of fault once and found nothing wrong.
+// that injected every kind of fault once, answered no request 500, and
+// found nothing wrong.
 func everyFault() *Report {
 	rep := &Report{Features: Features{Dispatcher: true, Fulfillment: true}, DBFaults: true, NetFaults: true, Faults: map[FaultKind]int{}}
 	for _, k := range FaultKinds {
@@ -20,7 +21,7 @@ func everyFault() *Report {
 // A short run (make test) passes when a fault could not be placed in time
 // on a busy machine, and reports it; a long run fails on every kind never
 // injected. A kind missing without a step that tried to place it fails
-// both.
+// both, and a request answered 500 fails the short run.
 func TestRunFailures(t *testing.T) {
 	t.Parallel()
 	if f := everyFault().RunFailures(true); len(f) != 0 {
@@ -51,6 +52,17 @@ func TestRunFailures(t *testing.T) {
 			t.Errorf("short %v: a kind never tried: %q", short, f)
 		}
 	}
+
+	internal := everyFault()
+	internal.InternalErrors = 3
+	if f := internal.RunFailures(true); len(f) != 1 || !strings.Contains(f[0], "3 requests answered 500") {
+		t.Errorf("short run with 500s: %q", f)
+	}
+	b.Reset()
+	internal.Print(&b)
+	if !strings.Contains(b.String(), "answered 500 internal_error: 3") {
+		t.Errorf("the report does not count the 500s:\n%s", b.String())
+	}
 }
 
 // lineWith returns the first line of s that contains sub.
@@ -61,4 +73,23 @@ func lineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// The APIs' request lines answered 500 are counted and the first few kept;
+// other answers, and other lines that mention a 500, are not.
+func TestAPILogCountsInternalErrors(t *testing.T) {
+	t.Parallel()
+	var l apiLog
+	for _, line := range []string{
+		`{"level":"ERROR","msg":"request","method":"GET","path":"/v1/orders/x","status":500,"duration":1,"code":"internal_error","error":"unclassified: boom"}`,
+		`{"level":"INFO","msg":"request","method":"GET","path":"/v1/orders/x","status":503,"duration":1}`,
+		`{"level":"INFO","msg":"request","method":"GET","path":"/v1/orders/x","status":5000,"duration":1}`,
+		`{"level":"WARN","msg":"provider answered","status":500,"attempt":2}`,
+	} {
+		l.watch(line)
+	}
+	n, lines := l.internalErrors()
+	if n != 1 || len(lines) != 1 || !strings.Contains(lines[0], "unclassified: boom") {
+		t.Fatalf("internalErrors = %d, %q; want the one request answered 500", n, lines)
+	}
 }

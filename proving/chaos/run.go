@@ -204,6 +204,12 @@ type Report struct {
 	Steps      map[StepKind]int  `json:"steps"`
 	// Paths counts API log lines that show recovery paths at work.
 	Paths map[string]int `json:"paths"`
+	// InternalErrors counts the requests the APIs answered 500
+	// internal_error; InternalErrorLines are the first few of their log
+	// lines. The run's faults are infrastructure faults, answered 503: a
+	// short run fails on any 500 (RunFailures).
+	InternalErrors     int      `json:"internal_errors"`
+	InternalErrorLines []string `json:"internal_error_lines,omitempty"`
 	// Unplaced says, for each fault kind the run never injected although
 	// its steps ran, why they could not place it in time (a trap that
 	// caught no process at that point, a terminate step that found no
@@ -712,6 +718,7 @@ func (r *runner) finish(ctx context.Context, h History) {
 	rep.Outages = outageStats(h.Outages)
 	rep.GaveUp = GaveUpDuringOutages(h)
 	rep.Paths = r.stack.apiLog.counts()
+	rep.InternalErrors, rep.InternalErrorLines = r.stack.apiLog.internalErrors()
 	unplaced := r.faults.unplacedSnapshot()
 	for _, k := range rep.MissingFaults() {
 		if why, ok := unplaced[k]; ok {
