@@ -123,3 +123,74 @@ func TestPostgresRestartsAServerOlderThanTheInstalledOne(t *testing.T) {
 		t.Fatalf("PL/pgSQL on the restarted cluster: %v", err)
 	}
 }
+
+// A .ci/run whose make test fails stops the PostgreSQL and Citus clusters
+// the run started (a CI machine's clone is thrown away, its servers would
+// run on), and so does one that passes; a cluster that ran before the run
+// is left running. The real .ci/run and scripts/postgres.sh run in a copy
+// of the checkout whose Makefile's test target starts a cluster and fails
+// (or passes).
+func TestCIRunStopsTheClustersItStarted(t *testing.T) {
+	t.Parallel()
+	clone, err := os.MkdirTemp("", "oncepay-ci-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The servers run as the postgres user, who must reach their folders.
+	if err := os.Chmod(clone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{".ci/run", "scripts/postgres.sh"} {
+		raw, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(clone, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(clone, f), raw, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makefile := "test:\n\t@scripts/postgres.sh ci-started >/dev/null\n\t@exit $${TEST_EXIT}\n"
+	if err := os.WriteFile(filepath.Join(clone, "Makefile"), []byte(makefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command("bash", args...)
+		cmd.Dir = clone
+		cmd.Env = append(append(os.Environ(), "DATABASE_URL=", "PG_SERVER_OPTS=-c fsync=off"), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	t.Cleanup(func() {
+		for _, c := range []string{"ci-before", "ci-started"} {
+			if out, err := sh(nil, "scripts/postgres.sh", "--stop", c); err != nil {
+				t.Errorf("stop %s: %v\n%s", c, err, out)
+			}
+		}
+		_ = os.RemoveAll(clone)
+	})
+	running := func(c string) bool {
+		raw, err := os.ReadFile(filepath.Join(clone, ".data", "postgres", c, "data", "postmaster.pid"))
+		if err != nil {
+			return false
+		}
+		return exec.Command("kill", "-0", strings.SplitN(string(raw), "\n", 2)[0]).Run() == nil
+	}
+	if out, err := sh(nil, "scripts/postgres.sh", "ci-before"); err != nil {
+		t.Fatalf("start the cluster that runs before: %v\n%s", err, out)
+	}
+	for _, exit := range []string{"2", "0"} {
+		out, err := sh([]string{"TEST_EXIT=" + exit}, ".ci/run")
+		if exit != "0" && err == nil || exit == "0" && err != nil {
+			t.Fatalf(".ci/run with make test exiting %s: %v\n%s", exit, err, out)
+		}
+		if running("ci-started") {
+			t.Errorf(".ci/run with make test exiting %s left the cluster it started running:\n%s", exit, out)
+		}
+		if !running("ci-before") {
+			t.Fatalf(".ci/run with make test exiting %s stopped a cluster that ran before it:\n%s", exit, out)
+		}
+	}
+}
