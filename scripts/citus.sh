@@ -13,8 +13,8 @@
 # last line that supports PostgreSQL 15, Debian 12's). Building needs Debian's
 # postgresql-server-dev and a few -dev packages, installed with apt-get when we
 # are root. Installing postgresql-server-dev may upgrade the server's minor
-# version: a cluster that runs during the upgrade must be restarted after it
-# (scripts/postgres.sh --stop NAME, then start it again).
+# version: scripts/postgres.sh restarts a cluster that still runs the old
+# server the next time it is asked for it.
 set -euo pipefail
 
 log() { printf 'citus.sh: %s\n' "$*" >&2; }

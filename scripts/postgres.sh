@@ -11,6 +11,13 @@
 #
 # Extra server settings can be given in PG_SERVER_OPTS (for example the test
 # cluster turns fsync off: test data is thrown away, durability is not needed).
+#
+# A running cluster whose server is not the installed version is restarted
+# (one line says so): a package upgrade since it started (building Citus
+# installs postgresql-server-dev, which can move 15.18 to 15.20) leaves it
+# running the old binary, which then fails to load the new libraries
+# ("could not load library plpgsql.so: undefined symbol"). Tests fake the
+# installed version with POSTGRES_SH_INSTALLED_VERSION.
 set -euo pipefail
 
 stop=""
@@ -130,6 +137,32 @@ pick_port() {
   exit 1
 }
 
+# installed_version is the version of the server binary (15.20), and
+# running_version that of the cluster's running server ("" when it does not
+# answer).
+installed_version() {
+  if [ -n "${POSTGRES_SH_INSTALLED_VERSION:-}" ]; then
+    printf '%s\n' "$POSTGRES_SH_INSTALLED_VERSION"
+    return
+  fi
+  "$bindir/postgres" -V | awk '{ print $3 }'
+}
+running_version() {
+  "$bindir/psql" -X -At -h 127.0.0.1 -p "$(cat "$port_file" 2>/dev/null)" -U postgres -d postgres \
+    -c 'SHOW server_version' 2>/dev/null | awk '{ print $1 }' || true
+}
+
+restarting=""
+if as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+  running=$(running_version)
+  installed=$(installed_version)
+  if [ -n "$running" ] && [ "$running" != "$installed" ]; then
+    log "cluster $name runs PostgreSQL $running, the installed server is $installed (upgraded since it started): restarting it"
+    as_owner "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    restarting=1
+  fi
+fi
+
 if ! as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
   port=$(cat "$port_file" 2>/dev/null || true)
   if [ -z "$port" ] || ! port_free "$port"; then
@@ -139,7 +172,7 @@ if ! as_owner "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
   # outgoing connection's ephemeral port): then try another, a few times.
   for attempt in 1 2 3 4 5; do
     echo "$port" >"$port_file"
-    log "starting cluster $name on 127.0.0.1:$port"
+    [ -n "$restarting" ] || log "starting cluster $name on 127.0.0.1:$port"
     logged=$(stat -c %s "$dir/server.log" 2>/dev/null || echo 0)
     if as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_SERVER_OPTS:-}" \

@@ -160,6 +160,12 @@ const (
 	// role that does not exist, a pg_hba.conf that refuses the client.
 	classInvalidAuthorization = "28"
 	codeInvalidCatalogName    = "3D000" // the database does not exist
+	// A session the server ended: IsSessionEnded.
+	codeAdminShutdown        = "57P01"
+	codeCrashShutdown        = "57P02"
+	codeCannotConnectNow     = "57P03"
+	classConnectionException = "08"
+	codeProtocolViolation    = "08P01"
 )
 
 // IsRejected reports whether err is the server refusing a connection for
@@ -188,9 +194,10 @@ func IsUniqueViolation(err error, constraint string) bool {
 }
 
 // IsUnavailable reports whether err says that the database could not be
-// reached or did not answer in time, rather than that it refused the
-// work: a deadline that ran out (the caller's, or the connect timeout), a
-// connection that could not be opened, or one that broke mid-statement.
+// reached, did not answer in time or ended the session, rather than that
+// it refused the work: a deadline that ran out (the caller's, or the
+// connect timeout), a connection that could not be opened, one that broke
+// mid-statement, or a session the server itself ended (IsSessionEnded).
 // The work may or may not have happened; repeating it (with the same
 // idempotency key) is safe, and the answer is 503, not 500.
 func IsUnavailable(err error) bool {
@@ -202,7 +209,30 @@ func IsUnavailable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
 		errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, pgconn.ErrConnClosed)
+		errors.Is(err, pgconn.ErrConnClosed) || IsSessionEnded(err)
+}
+
+// IsSessionEnded reports whether err is the server ending the session or
+// the connection under the statement: an operator's pg_terminate_backend
+// or a fast shutdown (57P01 admin_shutdown), another backend's crash
+// (57P02 crash_shutdown), a server still starting or recovering (57P03
+// cannot_connect_now), or a connection exception (class 08; Citus reports
+// a lost connection from the coordinator to a worker as 08006
+// connection_failure). None of them is about the work itself: the same
+// statement on a new session may well succeed. A protocol violation
+// (08P01), although of class 08, is a bug of a client and stays one.
+func IsSessionEnded(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
+		return true
+	case codeProtocolViolation:
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, classConnectionException)
 }
 
 // IsLockTimeout reports whether err is a lock wait that ran out of

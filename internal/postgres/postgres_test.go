@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -437,5 +439,55 @@ func TestMigrateGivesUpWithItsContext(t *testing.T) {
 	}
 	if s := log.String(); !strings.Contains(s, "migrations still running") || !strings.Contains(s, "the-other-migrator") {
 		t.Fatalf("Migrate's wait did not name the lock's holder; log:\n%s", s)
+	}
+}
+
+// A session the server ends under a statement (an operator's
+// pg_terminate_backend, as the chaos run does to the APIs' connections) is
+// the database being unavailable, not a failure of the work: the request
+// is answered 503 and may be repeated. So are the other ways a server ends
+// or refuses a session, and a lost connection Citus reports; an error about
+// the work itself is not.
+func TestATerminatedSessionIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pid := conn.Conn().PgConn().PID()
+	slept := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, `SELECT pg_sleep(30)`)
+		slept <- err
+	}()
+	testkit.WaitFor(t, 10*time.Second, "the statement to run", func() bool {
+		var n int
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%' AND state = 'active'`, pid).Scan(&n)
+		return err == nil && n == 1
+	})
+	var terminated bool
+	if err := b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated); err != nil || !terminated {
+		t.Fatalf("pg_terminate_backend: %v, %v", terminated, err)
+	}
+	err = <-slept
+	if !postgres.IsUnavailable(err) || !postgres.IsSessionEnded(err) {
+		t.Fatalf("the terminated statement's error %v (%T) is not classified as unavailable", err, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1`); !postgres.IsUnavailable(err) {
+		t.Fatalf("the terminated connection's next statement: %v, want unavailable", err)
+	}
+
+	for _, code := range []string{"57P01", "57P02", "57P03", "08006", "08003", "08000"} {
+		if err := fmt.Errorf("query: %w", &pgconn.PgError{Code: code}); !postgres.IsUnavailable(err) {
+			t.Errorf("SQLSTATE %s is not classified as unavailable", code)
+		}
+	}
+	for _, code := range []string{"23505", "55P03", "57014", "40001", "XX000", "28P01", "08P01"} {
+		if err := fmt.Errorf("query: %w", &pgconn.PgError{Code: code}); postgres.IsUnavailable(err) || postgres.IsSessionEnded(err) {
+			t.Errorf("SQLSTATE %s is classified as unavailable", code)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/proving/pspsim"
@@ -27,6 +26,28 @@ type faultCounts struct {
 	// nodes counts a cluster run's faults per node of the cluster
 	// ("coordinator", "worker-1", "nats-0", ...).
 	nodes map[FaultKind]map[string]int
+	// unplaced says, per kind, why a step that was to inject it could not
+	// place it in time (the last such step's reason): a trap that caught
+	// nothing, a terminate step that found no connection. It matters only
+	// for a kind that ends the run never injected (Report.Unplaced).
+	unplaced map[FaultKind]string
+}
+
+// notPlaced records that a step of kind k ran and could not place its
+// fault in time, and why.
+func (f *faultCounts) notPlaced(k FaultKind, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unplaced == nil {
+		f.unplaced = map[FaultKind]string{}
+	}
+	f.unplaced[k] = why
+}
+
+func (f *faultCounts) unplacedSnapshot() map[FaultKind]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.unplaced)
 }
 
 func (f *faultCounts) addNode(k FaultKind, node string, n int) {
@@ -155,7 +176,18 @@ type executor struct {
 	// names (Citus locks rows of one shard at a time).
 	workers []*pgxpool.Pool
 	tenants []string
-	logf    func(format string, args ...any)
+	// trapWithin bounds how long a trap is tried (default trapWindow).
+	trapWithin time.Duration
+	logf       func(format string, args ...any)
+}
+
+// unplaced records that a step could not place its fault in time and logs
+// it. A fault not placed in time fails no run by itself: a short run
+// reports such kinds and passes, a long run fails when the kind was never
+// injected at all (Report.RunFailures).
+func (e *executor) unplaced(k FaultKind, why string) {
+	e.faults.notPlaced(k, why)
+	e.logf("chaos: %s not placed: %s", k, why)
 }
 
 // run executes steps until the channel closes. A step that fails is
@@ -188,6 +220,9 @@ func (e *executor) exec(ctx context.Context, st Step) error {
 		e.faults.add(BackendsTerminated, n)
 		if e.workers != nil {
 			e.faults.addNode(BackendsTerminated, "coordinator", n)
+		}
+		if n == 0 && ctx.Err() == nil {
+			e.unplaced(BackendsTerminated, terminateFailure(err))
 		}
 		return err
 	case StepTerminateWorker:
@@ -247,172 +282,9 @@ func (e *executor) awaitDuplicate(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// A trap catches an API process in the middle of a write and kills it
-// there. It holds row locks (taken with lock, SKIP LOCKED, in a transaction
-// of the observer) on rows the process is about to update; the process's
-// UPDATE then waits on those locks, visible in pg_stat_activity with the
-// application_name of its connection, which names the API process
-// (apiName). That process is SIGKILLed while it waits, and only then are
-// the locks released: its write never commits.
-type trap struct {
-	// lock selects and locks the rows of the tenant $1, e.g. "SELECT id
-	// FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE
-	// SKIP LOCKED"; a try runs it for every tenant.
-	lock string
-	// waiting matches (LIKE) the query text of the blocked UPDATE; sqlc puts
-	// the query's name in it ("-- name: PaymentSucceed :one").
-	waiting []string
-}
-
-// The traps of the schedule.
-var (
-	// markTrap: events a dispatcher has claimed (leased) and so is
-	// publishing, not yet marked; its mark, UPDATE ... SET published_at,
-	// waits, so that a dispatcher dies between publish and mark.
-	markTrap = trap{
-		lock: `SELECT id FROM outbox_events
-			WHERE tenant_id = $1 AND published_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()
-			FOR UPDATE SKIP LOCKED`,
-		waiting: []string{"%SET published_at%"},
+	if ctx.Err() == nil {
+		e.unplaced(WebhookDuplicated, "no webhook delivered twice while the duplicates window was open and 30s after")
 	}
-	// recordTrap: pending payments and refunds; the provider has answered
-	// and phase 2 (or the webhook worker) records the outcome, so that a
-	// process dies after the provider's call and before its record:
-	// statement by statement, or in phase 2's first batch (...Queued).
-	recordTrap = trap{
-		lock:    `SELECT id FROM payments WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
-		waiting: []string{"%name: PaymentSucceed %", "%name: PaymentFail %", "%name: PaymentSucceedQueued %", "%name: PaymentFailQueued %"},
-	}
-	refundRecordTrap = trap{
-		lock:    `SELECT id FROM refunds WHERE tenant_id = $1 AND status = 'pending' FOR UPDATE SKIP LOCKED`,
-		waiting: []string{"%name: RefundSucceed %", "%name: RefundFail %", "%name: RefundSucceedQueued %", "%name: RefundFailQueued %"},
-	}
-)
-
-// spring tries traps for at most 15 seconds (each try holds the locks for
-// at most 1.5 seconds, below the APIs' 2-second lock timeout) and returns
-// the killed API's index, or -1 with whether any locks were held at all.
-// A try that fails is tried again: the run's other faults break the
-// trap's own connections too (a terminated worker backend surfaces, on
-// the coordinator, as the next statement's 57P01). The last failure is
-// returned only when no try caught a victim or held a lock.
-func (e *executor) spring(ctx context.Context, traps ...trap) (victim int, held bool, err error) {
-	deadline := time.Now().Add(15 * time.Second)
-	var failed error
-	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
-		victim, n, err := e.catch(ctx, traps[i%len(traps)])
-		if victim >= 0 {
-			return victim, true, nil
-		}
-		if err != nil {
-			failed = err
-		}
-		held = held || n > 0
-		if err := pause(ctx, 5*time.Millisecond); err != nil {
-			return -1, held, err
-		}
-	}
-	if ctx.Err() != nil {
-		return -1, held, ctx.Err()
-	}
-	if failed != nil && !held {
-		return -1, false, fmt.Errorf("no try caught a trap; the last failed: %w", failed)
-	}
-	return -1, held, nil
-}
-
-// catch is one try of a trap. It returns the killed API's index (or -1)
-// and how many rows it held locked.
-func (e *executor) catch(ctx context.Context, t trap) (victim, held int, err error) {
-	victim = -1
-	tx, err := e.db.Begin(ctx)
-	if err != nil {
-		return victim, 0, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	for _, tenant := range e.tenants {
-		rows, err := tx.Query(ctx, t.lock, tenant)
-		if err != nil {
-			return victim, 0, err
-		}
-		locked, err := pgx.CollectRows(rows, pgx.RowTo[any])
-		if err != nil {
-			return victim, 0, err
-		}
-		held += len(locked)
-	}
-	if held == 0 {
-		return victim, 0, nil
-	}
-	until := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(until) {
-		names, err := e.waiters(ctx, t.waiting)
-		if err != nil {
-			return victim, held, err
-		}
-		for _, name := range names {
-			for i := range e.stack.apis {
-				if name != apiName(i) && name != apiName(i)+"-outbox" {
-					continue
-				}
-				if e.stack.api(i).alive() {
-					e.stack.killAPI(i) // returns once the process is gone
-					return i, held, nil
-				}
-			}
-		}
-		if err := pause(ctx, 10*time.Millisecond); err != nil {
-			return victim, held, err
-		}
-	}
-	return victim, held, nil
-}
-
-// waiters returns the application names (apiName) of the APIs'
-// connections whose query matches one of the patterns and waits on a lock:
-// each names the process on the other end, also through a fault proxy.
-//
-// On Citus the wait is on a worker: the API's statement, on the
-// coordinator, waits for the worker's answer (ClientRead), and the
-// coordinator's connection to the worker waits on the lock there. That
-// connection's application_name, "citus_internal gpid=N", names the
-// coordinator's backend: N is its node id times 10^10 plus its pid.
-func (e *executor) waiters(ctx context.Context, patterns []string) ([]string, error) {
-	if e.workers == nil {
-		rows, err := e.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
-			WHERE application_name LIKE 'oncepay-api-%' AND datname = current_database()
-			  AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns)
-		if err != nil {
-			return nil, err
-		}
-		return pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	var pids []int64
-	for _, w := range e.workers {
-		rows, err := w.Query(ctx, `SELECT substring(application_name FROM '^citus_internal gpid=([0-9]+)$')::bigint % 10000000000
-			FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name ~ '^citus_internal gpid=[0-9]+$'`)
-		if err != nil {
-			return nil, err
-		}
-		some, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return nil, err
-		}
-		pids = append(pids, some...)
-	}
-	if len(pids) == 0 {
-		return nil, nil
-	}
-	rows, err := e.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE pid = ANY ($1) AND application_name LIKE 'oncepay-api-%' AND datname = current_database()
-		  AND query LIKE ANY ($2)`, pids, patterns)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // terminateWorker ends, on Citus worker i, every connection the
@@ -431,7 +303,20 @@ func (e *executor) terminateWorker(ctx context.Context, i int) error {
 	})
 	e.faults.add(WorkerBackendsTerminated, n)
 	e.faults.addNode(WorkerBackendsTerminated, fmt.Sprintf("worker-%d", i+1), n)
+	if n == 0 && ctx.Err() == nil {
+		e.unplaced(WorkerBackendsTerminated, fmt.Sprintf("worker-%d: %s", i+1, terminateFailure(err)))
+	}
 	return err
+}
+
+// terminateFailure says why a terminate step terminated nothing within
+// terminateWithin: the database never answered (err), or it had no
+// connection to terminate.
+func terminateFailure(err error) string {
+	if err != nil {
+		return fmt.Sprintf("the database did not answer within %v: %v", terminateWithin, err)
+	}
+	return fmt.Sprintf("no connection to terminate within %v", terminateWithin)
 }
 
 // terminateAPIBackends terminates the APIs' connections to the database
@@ -497,43 +382,6 @@ func (e *executor) killBroker(ctx context.Context, st Step) error {
 	return e.stack.restartNATS(ctx, i, st.Down)
 }
 
-// killDispatcher kills an API process exactly between its dispatcher's
-// publish and its mark (markTrap). When no mark could be caught in the act,
-// a mark that waited out its lock timeout counts as failed: the same
-// at-least-once path, without the crash.
-func (e *executor) killDispatcher(ctx context.Context, down time.Duration) error {
-	victim, held, err := e.spring(ctx, markTrap)
-	switch {
-	case err != nil:
-		return err
-	case victim >= 0:
-		e.faults.add(DispatcherKilled, 1)
-		e.logf("chaos: killed api-%d between its dispatcher's publish and mark", victim)
-		return e.stack.restartAPI(ctx, victim, down)
-	case held:
-		e.faults.add(MarkBlocked, 1)
-		return nil
-	}
-	return fmt.Errorf("no dispatcher batch caught between publish and mark within 15s")
-}
-
-// killRecorder kills an API process after the provider charged or
-// refunded and before it recorded the outcome (recordTrap,
-// refundRecordTrap): the crash after the external call and before its
-// record, every time.
-func (e *executor) killRecorder(ctx context.Context, down time.Duration) error {
-	victim, _, err := e.spring(ctx, recordTrap, refundRecordTrap)
-	switch {
-	case err != nil:
-		return err
-	case victim >= 0:
-		e.faults.add(RecorderKilled, 1)
-		e.logf("chaos: killed api-%d after the provider answered, before it recorded the outcome", victim)
-		return e.stack.restartAPI(ctx, victim, down)
-	}
-	return fmt.Errorf("no API caught recording a provider outcome within 15s")
-}
-
 // replay runs the operator's `api outbox replay <event-id>` on a published
 // payment.succeeded or refund.succeeded event chosen by pick. It prefers
 // events published more than replayAge ago: JetStream drops a message id it
@@ -557,7 +405,8 @@ func (e *executor) replay(ctx context.Context, pick uint64) error {
 		break
 	}
 	if id == "" {
-		return nil // nothing published yet: nothing to replay
+		e.unplaced(OperatorReplayed, "no payment.succeeded or refund.succeeded event published yet")
+		return nil
 	}
 	// An operator whose replay fails (the broker is down: another step of
 	// the schedule may have killed it for up to two seconds) runs it again.

@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,5 +113,35 @@ func TestATerminateStepGivesUpWithinItsBound(t *testing.T) {
 	}
 	if n, err := terminateBackends(context.Background(), 300*time.Millisecond, func(context.Context) (int, error) { return 0, nil }); n != 0 || err != nil {
 		t.Fatalf("nothing to terminate: %d, %v, want 0 and no error", n, err)
+	}
+}
+
+// A trap that catches nothing in its window (no dispatcher batch between
+// publish and mark at that moment: on a busy machine the moment may not
+// come) is not an error of the step: the step records why the fault was
+// not placed and the run goes on. Here nothing is in flight at all.
+func TestATrapThatCatchesNothingIsRecordedNotPlaced(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	var logged []string
+	faults := &faultCounts{}
+	e := &executor{db: pool, tenants: []string{"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}, faults: faults, trapWithin: 300 * time.Millisecond,
+		logf: func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }}
+	if err := e.killDispatcher(context.Background(), time.Second); err != nil {
+		t.Fatalf("killDispatcher: %v, want no error: a fault not placed in time is no failure of the step", err)
+	}
+	if err := e.killRecorder(context.Background(), time.Second); err != nil {
+		t.Fatalf("killRecorder: %v, want no error", err)
+	}
+	got := faults.unplacedSnapshot()
+	if !strings.Contains(got[DispatcherKilled], "no dispatcher batch caught between publish and mark within 300ms") ||
+		!strings.Contains(got[RecorderKilled], "no API caught recording a provider outcome within 300ms") {
+		t.Fatalf("not placed: %q", got)
+	}
+	if n := faults.snapshot(); n[DispatcherKilled]+n[MarkBlocked]+n[RecorderKilled] != 0 {
+		t.Fatalf("faults counted without a victim: %v", n)
+	}
+	if len(logged) != 2 || !strings.Contains(logged[0], "dispatcher_killed_between_publish_and_mark not placed") {
+		t.Fatalf("logged %q, want one line per fault not placed", logged)
 	}
 }

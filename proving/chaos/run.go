@@ -103,6 +103,12 @@ func (c *Config) defaults() error {
 	if c.RepoDir == "" || c.WorkDir == "" {
 		return errors.New("chaos: RepoDir and WorkDir are required")
 	}
+	// The processes run in the work folder and are started by the paths of
+	// their binaries in it: a relative folder would name them twice.
+	var err error
+	if c.WorkDir, err = filepath.Abs(c.WorkDir); err != nil {
+		return fmt.Errorf("chaos: WorkDir: %w", err)
+	}
 	if c.Cluster && (c.DBFaults || c.NetFaults || c.DatabaseURL != "") {
 		return errors.New("chaos: a cluster run starts its own Citus cluster and takes neither database nor network faults: " +
 			"DBFaults and NetFaults off, DatabaseURL empty")
@@ -198,6 +204,18 @@ type Report struct {
 	Steps      map[StepKind]int  `json:"steps"`
 	// Paths counts API log lines that show recovery paths at work.
 	Paths map[string]int `json:"paths"`
+	// InternalErrors counts the requests the APIs answered 500
+	// internal_error; InternalErrorLines are the first few of their log
+	// lines. The run's faults are infrastructure faults, answered 503: a
+	// short run fails on any 500 (RunFailures).
+	InternalErrors     int      `json:"internal_errors"`
+	InternalErrorLines []string `json:"internal_error_lines,omitempty"`
+	// Unplaced says, for each fault kind the run never injected although
+	// its steps ran, why they could not place it in time (a trap that
+	// caught no process at that point, a terminate step that found no
+	// connection): on a busy machine the moment a trap waits for may not
+	// come. A short run reports these kinds; a long one fails on them.
+	Unplaced map[FaultKind]string `json:"unplaced,omitempty"`
 	// KeyRetention is the provider's key retention during the run.
 	KeyRetention time.Duration `json:"key_retention"`
 	WorkDir      string        `json:"work_dir"`
@@ -326,6 +344,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		cfg.Seed, rep.PlanHash, cfg.Intents, len(plan.Steps), outbox, cfg.WorkDir)
 
 	dbURL := cfg.DatabaseURL
+	// The deferred stops below read the report through report: a run that
+	// fails to start returns no report (rep is nil by then), and its
+	// databases are kept all the same.
+	report := rep
 	var pg *Postgres
 	var citus *Citus
 	var workers []*pgxpool.Pool
@@ -336,10 +358,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Cluster = &ClusterFacts{Workers: len(citus.Workers)}
 		defer func() {
-			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			keep := cfg.KeepPostgres || err != nil || len(report.Violations) > 0
 			citus.Close(keep)
 			if keep {
-				rep.Cluster.Dirs = citus.Dirs()
+				report.Cluster.Dirs = citus.Dirs()
 			}
 		}()
 		dbURL = citus.URL()
@@ -358,10 +380,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		// After the stack has stopped (deferred below, so run first).
 		defer func() {
-			keep := cfg.KeepPostgres || err != nil || len(rep.Violations) > 0
+			keep := cfg.KeepPostgres || err != nil || len(report.Violations) > 0
 			pg.Close(keep)
 			if keep {
-				rep.PostgresDir = pg.Dir()
+				report.PostgresDir = pg.Dir()
 			}
 		}()
 		dbURL = pg.URL()
@@ -696,6 +718,16 @@ func (r *runner) finish(ctx context.Context, h History) {
 	rep.Outages = outageStats(h.Outages)
 	rep.GaveUp = GaveUpDuringOutages(h)
 	rep.Paths = r.stack.apiLog.counts()
+	rep.InternalErrors, rep.InternalErrorLines = r.stack.apiLog.internalErrors()
+	unplaced := r.faults.unplacedSnapshot()
+	for _, k := range rep.MissingFaults() {
+		if why, ok := unplaced[k]; ok {
+			if rep.Unplaced == nil {
+				rep.Unplaced = map[FaultKind]string{}
+			}
+			rep.Unplaced[k] = why
+		}
+	}
 	rep.KeyRetention = r.cfg.ProviderKeyRetention
 	if err := writeJSON(filepath.Join(r.cfg.WorkDir, "history.json"), h); err != nil {
 		r.cfg.Logf("chaos: save history: %v", err)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,11 +116,20 @@ type apiProc struct {
 }
 
 // apiLog counts log lines of the APIs that show a recovery path at work:
-// evidence that the faults reached the code they are meant for.
+// evidence that the faults reached the code they are meant for. It also
+// counts the requests answered 500 internal_error, and keeps the first few
+// of their lines: a fault of the run's is an infrastructure fault, which
+// the contract answers 503, so every 500 is a misclassified error (or a
+// bug) to look at.
 type apiLog struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu       sync.Mutex
+	n        map[string]int
+	internal int
+	samples  []string
 }
+
+// maxInternalSamples bounds the 500 lines a report keeps.
+const maxInternalSamples = 5
 
 // apiPaths are the log messages apiLog counts, with their report names.
 var apiPaths = [][2]string{
@@ -129,10 +139,21 @@ var apiPaths = [][2]string{
 	{`"code":"request_in_progress"`, "409 request_in_progress answered"},
 	{`"msg":"webhook not applied; will retry"`, "webhook not applied, retried"},
 	{`"msg":"webhook names nothing of ours; marked processed"`, "webhook naming nothing of ours"},
-	{`"status":500`, "500 answered"},
 }
 
 func (l *apiLog) watch(line string) {
+	if strings.Contains(line, `"msg":"request"`) && strings.Contains(line, `"status":500,`) {
+		l.mu.Lock()
+		l.internal++
+		if len(l.samples) < maxInternalSamples {
+			if len(line) > 600 {
+				line = line[:600] + "..."
+			}
+			l.samples = append(l.samples, line)
+		}
+		l.mu.Unlock()
+		return
+	}
 	for _, p := range apiPaths {
 		if strings.Contains(line, p[0]) {
 			l.mu.Lock()
@@ -143,6 +164,14 @@ func (l *apiLog) watch(line string) {
 			l.mu.Unlock()
 		}
 	}
+}
+
+// internalErrors returns how many requests were answered 500 and the
+// first few of their log lines.
+func (l *apiLog) internalErrors() (int, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.internal, slices.Clone(l.samples)
 }
 
 func (l *apiLog) counts() map[string]int {

@@ -169,6 +169,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if n := len(rep.Violations); n > 0 {
 		return fmt.Errorf("%w: %d (seed %d)", errViolations, n, *seed)
 	}
+	// A long run has many chances to place every kind of fault: one never
+	// injected means the run did not test what it claims.
+	if f := rep.RunFailures(false); len(f) > 0 {
+		return fmt.Errorf("%s (seed %d)", strings.Join(f, "; "), *seed)
+	}
 	return nil
 }
 
