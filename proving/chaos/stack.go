@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -214,15 +215,49 @@ func baseEnv() []string {
 	return env
 }
 
-// freePort returns a loopback port that was free a moment ago. A process
-// that must come back on the same port after a kill needs a fixed one.
+// freePort returns a loopback port that is free now, for a process that
+// must come back on the same port after a kill (an API, PostgreSQL, a
+// nats-server). It is below the kernel's range of ephemeral ports, from
+// which every listener on port 0 and every outgoing connection of the
+// machine takes its port: one taken from that range while its process was
+// down would keep it from coming back ("address already in use"), and on a
+// busy machine, with tests of other work beside the run, that happened.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	lo := ephemeralLow()
+	for range 200 {
+		port := minFixedPort + mrand.IntN(lo-minFixedPort) // #nosec G404 -- a port to try, nothing secret
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // taken: try another
+		}
+		ln.Close()
+		return port, nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port between %d and %d", minFixedPort, lo)
+}
+
+// minFixedPort is the lowest port freePort hands out: above the ports of
+// well-known services.
+const minFixedPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range; Linux's default, 32768, when it
+// cannot be read or leaves no room below it).
+func ephemeralLow() int {
+	const linuxDefault = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return linuxDefault
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= minFixedPort+1000 {
+		return linuxDefault
+	}
+	return lo
 }
 
 // webhookSecret returns a fresh Standard Webhooks secret.
