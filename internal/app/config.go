@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // Config is the process configuration: what a deployment decides, read
@@ -62,9 +64,10 @@ type Config struct {
 	// has time to release its claim for the retry.
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
-	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
-	// default the demo secret DemoWebhookSecret, which `api serve` accepts
-	// in demo mode only, see CheckServe).
+	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS, each
+	// member trimmed and none empty; default the demo secret
+	// DemoWebhookSecret, which `api serve` accepts in demo mode only, in
+	// any position and spelling, see CheckServe).
 	PSPWebhookSecrets []string
 
 	// Retention is how long each kind of record is kept. Each operation's
@@ -160,7 +163,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PSPURL:            getenv("PSP_URL"),
 		PSPAPIKey:         getenv("PSP_API_KEY"),
 		PSPTimeout:        r.duration("PSP_TIMEOUT", payments.DefaultTimeout),
-		PSPWebhookSecrets: strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
+		PSPWebhookSecrets: r.secrets("PSP_WEBHOOK_SECRETS", DemoWebhookSecret),
 		SweepInterval:     r.duration("SWEEP_INTERVAL", time.Minute),
 
 		NATSURL:             getenv("NATS_URL"),
@@ -240,10 +243,18 @@ func CheckServe(c Config) error {
 	if c.PSPURL == "" {
 		errs = append(errs, errors.New("PSP_URL is required: the payment provider's URL (`make run` starts the payment simulator and sets it)"))
 	}
-	if !c.DemoMode && slices.Contains(c.PSPWebhookSecrets, DemoWebhookSecret) {
+	if !c.DemoMode && slices.ContainsFunc(c.PSPWebhookSecrets, isDemoSecret) {
 		errs = append(errs, errors.New("PSP_WEBHOOK_SECRETS must name your provider's webhook secrets: the demo secret is public, so anyone could sign a webhook with it (it is accepted with DEMO_MODE=true only)"))
 	}
 	return errors.Join(errs...)
+}
+
+// isDemoSecret reports whether s stands for the demo secret's key, however
+// it is spelt: the verifier accepts every spelling of a key alike.
+func isDemoSecret(s string) bool {
+	demo, _ := webhooks.ParseSecret(DemoWebhookSecret) // a constant that decodes
+	k, err := webhooks.ParseSecret(s)
+	return err == nil && bytes.Equal(k, demo)
 }
 
 // days renders a duration in whole days when it is whole days.
@@ -264,6 +275,26 @@ func (r *envReader) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// secrets reads a comma-separated list of secrets (def alone when the
+// variable is unset): each member trimmed of spaces, and none empty, since
+// an empty member is a typo that would otherwise pass unnoticed. The error
+// names the member by its place, never by its value: the value is a secret.
+func (r *envReader) secrets(name, def string) []string {
+	v := r.getenv(name)
+	if v == "" {
+		return []string{def}
+	}
+	members := strings.Split(v, ",")
+	for i, m := range members {
+		members[i] = strings.TrimSpace(m)
+		if members[i] == "" {
+			r.errs = append(r.errs, fmt.Errorf("%s: member %d of %d is empty: want whsec_ secrets separated by commas", name, i+1, len(members)))
+			return nil
+		}
+	}
+	return members
 }
 
 func (r *envReader) boolean(name string, def bool) bool {

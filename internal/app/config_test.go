@@ -146,6 +146,10 @@ func TestCheckServe(t *testing.T) {
 		{"no provider", map[string]string{"PSP_WEBHOOK_SECRETS": own}, "PSP_URL is required"},
 		{"default secret outside demo mode", map[string]string{"PSP_URL": "http://psp"}, "PSP_WEBHOOK_SECRETS must name"},
 		{"demo secret in a rotation outside demo mode", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own + "," + app.DemoWebhookSecret}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret after a comma and a space", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own + ", " + app.DemoWebhookSecret}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret with a trailing space", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": app.DemoWebhookSecret + " "}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret spelt across a line break", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": app.DemoWebhookSecret[:20] + "\n" + app.DemoWebhookSecret[20:]}, "PSP_WEBHOOK_SECRETS must name"},
+		{"own secrets with spaces around them", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": " " + own + " , " + own + "\t"}, ""},
 		{"default secret in demo mode", map[string]string{"PSP_URL": "http://psp", "DEMO_MODE": "true"}, ""},
 		{"own secret", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own}, ""},
 	} {
@@ -157,12 +161,37 @@ func TestCheckServe(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: ConfigFromEnv: %v", tc.name, err)
 		}
+		for _, s := range c.PSPWebhookSecrets {
+			if s != strings.TrimSpace(s) {
+				t.Errorf("%s: secret %q kept its spaces", tc.name, s)
+			}
+		}
 		err = app.CheckServe(c)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: CheckServe = %v, want nil", tc.name, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
 			t.Errorf("%s: CheckServe = %v, want one line with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A list of secrets with an empty member is a typo (",," or a trailing
+// comma): refused in one line that says which member, and never quotes the
+// secrets.
+func TestWebhookSecretsRefuseAnEmptyMember(t *testing.T) {
+	t.Parallel()
+	const own = "whsec_b3duLXNlY3JldC1vZi10aGUtb3BlcmF0b3I="
+	for value, want := range map[string]string{
+		own + ",," + own: "PSP_WEBHOOK_SECRETS: member 2 of 3 is empty: want whsec_ secrets separated by commas",
+		own + ", ":       "PSP_WEBHOOK_SECRETS: member 2 of 2 is empty: want whsec_ secrets separated by commas",
+		" ":              "PSP_WEBHOOK_SECRETS: member 1 of 1 is empty: want whsec_ secrets separated by commas",
+	} {
+		_, err := app.ConfigFromEnv(func(k string) string {
+			return map[string]string{"DATABASE_URL": "postgres://x", "PSP_WEBHOOK_SECRETS": value}[k]
+		})
+		if err == nil || err.Error() != want {
+			t.Errorf("PSP_WEBHOOK_SECRETS=%q: %v, want exactly %q", value, err, want)
 		}
 	}
 }
