@@ -189,6 +189,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 // other path answer 503 service_unavailable with Retry-After, and the detail
 // says what the service waits for (waiting returns it, e.g. "the database
 // and NATS"), so a load balancer keeps traffic away and a person sees why.
+// Those answers are logged at INFO: they are what a start looks like.
 func Starting(waiting func() string, logger *slog.Logger) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
@@ -196,7 +197,7 @@ func Starting(waiting func() string, logger *slog.Logger) *echo.Echo {
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	e.Use(clientRequestID, middleware.RequestID(), requestLogger(logger, func(string, string, int, time.Duration) {}))
 	starting := func(echo.Context) error {
-		return &problem.Error{Code: problem.ServiceUnavailable, Detail: "The service is starting: it waits for " + waiting() + ".", RetryAfter: time.Second}
+		return &problem.Error{Code: problem.ServiceUnavailable, Detail: "The service is starting: it waits for " + waiting() + ".", RetryAfter: time.Second, Err: errStarting}
 	}
 	e.GET("/healthz", healthz)
 	e.Any("/*", starting)
