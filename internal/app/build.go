@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -127,13 +128,20 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithAdmission(admission),
 		httpapi.WithRequestTimeout(cfg.WriteTimeout))
 	if traced {
-		// The request's server span (and the trace context a client sent)
-		// wraps the whole handler; httpapi names it after the route and
-		// puts the tenant and the idempotency decision on it. The starting
-		// answers before build are not traced.
-		a.api = otelhttp.NewHandler(a.api, "http request",
+		// The request's server span wraps the whole handler; httpapi names
+		// it after the route and puts the tenant and the idempotency
+		// decision on it. The starting answers before build are not traced.
+		// A client's traceparent is anyone's: unless the tuning trusts it,
+		// the request starts a trace of its own (sampled by our sampler,
+		// whatever the client's flags) with a link to the client's.
+		opts := []otelhttp.Option{
 			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator()),
-			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider())) // requests are counted by WithRequestObserver
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // requests are counted by WithRequestObserver
+		}
+		if !cfg.Tuning.TrustTraceparent {
+			opts = append(opts, otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }))
+		}
+		a.api = otelhttp.NewHandler(a.api, "http request", opts...)
 	}
 	return nil
 }
