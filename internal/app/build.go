@@ -125,6 +125,8 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithAdminAuthObserver(m.AdminAuthFailure),
+		httpapi.WithClock(now),
 		httpapi.WithAdmission(admission),
 		httpapi.WithRequestTimeout(cfg.WriteTimeout))
 	if traced {
@@ -162,6 +164,7 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		SweptTables:       retention.TableNames(),
 		PublishResults:    outbox.AttemptResults(),
 		Consumers:         map[string][]string{fulfillment.Subscriber: {consumedProcessed, consumedDuplicate}},
+		AdminAuthResults:  httpapi.AdminAuthResults(),
 	}
 	for _, r := range attention.Reasons() {
 		k.AttentionReasons = append(k.AttentionReasons, string(r))

@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
@@ -103,6 +105,7 @@ type Config struct {
 	FulfillmentConsumer bool
 	// AdminToken is the bearer token of /admin/outbox/... and
 	// /admin/attention... (ADMIN_TOKEN; empty: the admin routes answer 404).
+	// It must be at least httpapi.MinAdminTokenLen characters (Check).
 	AdminToken string
 
 	// TracesEndpoint is where traces are exported, with OTLP over HTTP: the
@@ -218,6 +221,9 @@ func (c Config) Check() error {
 	}
 	if c.WriteTimeout > 0 && c.Tuning.AdmissionWait >= c.WriteTimeout {
 		errs = append(errs, fmt.Errorf("tuning AdmissionWait (%s) must be shorter than WRITE_TIMEOUT (%s): the wait for a slot counts against the request's deadline, which would end it first", c.Tuning.AdmissionWait, c.WriteTimeout))
+	}
+	if n := utf8.RuneCountInString(c.AdminToken); n > 0 && n < httpapi.MinAdminTokenLen {
+		errs = append(errs, fmt.Errorf("ADMIN_TOKEN is %d characters, want at least %d (such as the output of `openssl rand -hex 32`): it opens the operator's endpoints of every tenant", n, httpapi.MinAdminTokenLen))
 	}
 	if c.NATSURL == "" && c.NATSStreamReplicas > 1 {
 		errs = append(errs, fmt.Errorf("NATS_STREAM_REPLICAS (%d) needs NATS_URL naming a cluster: the embedded broker is one server, which holds one replica", c.NATSStreamReplicas))

@@ -32,6 +32,11 @@ func TestConfigFromEnv(t *testing.T) {
 	if !c.DemoMode || c.WriteTimeout != 20*time.Second || c.LogLevel != slog.LevelDebug || c.HTTPAddr != "127.0.0.1:8080" || !c.AutoMigrate {
 		t.Fatalf("config = %+v", c)
 	}
+	// An operator token of 32 characters is long enough; none turns the
+	// operator's endpoints off.
+	if _, err := check(map[string]string{"DATABASE_URL": "postgres://x", "ADMIN_TOKEN": strings.Repeat("x", 32)}); err != nil {
+		t.Fatalf("a 32-character ADMIN_TOKEN: %v", err)
+	}
 	// Defaults: demo mode is off unless asked for, the tuning is the
 	// default one, and so is the retention.
 	c, err = check(map[string]string{"DATABASE_URL": "postgres://x"})
@@ -116,6 +121,8 @@ func TestCheckRefusesUnsafeCombinations(t *testing.T) {
 			"tuning OutboxLease (5s) must be longer than OutboxPublishTimeout (5s): another dispatcher would publish rows that are still being published"},
 		{"a backoff cap below the backoff", nil, func(t *app.Tuning) { t.RecovererBackoff, t.RecovererBackoffMax = time.Minute, 30*time.Second },
 			"tuning RecovererBackoffMax (30s) must be at least RecovererBackoff (1m0s)"},
+		{"an operator token shorter than 32 characters", map[string]string{"ADMIN_TOKEN": strings.Repeat("x", 31)}, nil,
+			"ADMIN_TOKEN is 31 characters, want at least 32 (such as the output of `openssl rand -hex 32`): it opens the operator's endpoints of every tenant"},
 	} {
 		env := map[string]string{"DATABASE_URL": "postgres://x"}
 		maps.Copy(env, tc.env)
