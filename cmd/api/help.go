@@ -57,7 +57,8 @@ Environment (default in brackets; docs/CONFIGURATION.md says when to change each
   SWEEP_INTERVAL        in-process sweeper, 0 disables [1m]
   RETENTION_MONEY       how long payments' and refunds' keys are kept; at least
                         the settlement horizon [45d]
-  ADMIN_TOKEN           bearer token of /admin/outbox/... and /admin/attention [empty: not routed]
+  ADMIN_TOKEN           bearer token of /admin/outbox/... and /admin/attention, at
+                        least 32 characters [empty: not routed]
   OTEL_EXPORTER_OTLP_ENDPOINT
                         export traces with OTLP over HTTP; the other standard
                         OTEL_* variables apply [empty: no tracing]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -124,16 +125,25 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
 		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
 		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithAdminAuthObserver(m.AdminAuthFailure),
+		httpapi.WithClock(now),
 		httpapi.WithAdmission(admission),
 		httpapi.WithRequestTimeout(cfg.WriteTimeout))
 	if traced {
-		// The request's server span (and the trace context a client sent)
-		// wraps the whole handler; httpapi names it after the route and
-		// puts the tenant and the idempotency decision on it. The starting
-		// answers before build are not traced.
-		a.api = otelhttp.NewHandler(a.api, "http request",
+		// The request's server span wraps the whole handler; httpapi names
+		// it after the route and puts the tenant and the idempotency
+		// decision on it. The starting answers before build are not traced.
+		// A client's traceparent is anyone's: unless the tuning trusts it,
+		// the request starts a trace of its own (sampled by our sampler,
+		// whatever the client's flags) with a link to the client's.
+		opts := []otelhttp.Option{
 			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator()),
-			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider())) // requests are counted by WithRequestObserver
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // requests are counted by WithRequestObserver
+		}
+		if !cfg.Tuning.TrustTraceparent {
+			opts = append(opts, otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }))
+		}
+		a.api = otelhttp.NewHandler(a.api, "http request", opts...)
 	}
 	return nil
 }
@@ -154,6 +164,7 @@ func knownSeries(specs []operation.Spec) metrics.Known {
 		SweptTables:       retention.TableNames(),
 		PublishResults:    outbox.AttemptResults(),
 		Consumers:         map[string][]string{fulfillment.Subscriber: {consumedProcessed, consumedDuplicate}},
+		AdminAuthResults:  httpapi.AdminAuthResults(),
 	}
 	for _, r := range attention.Reasons() {
 		k.AttentionReasons = append(k.AttentionReasons, string(r))

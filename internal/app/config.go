@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,10 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/retention"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // Config is the process configuration: what a deployment decides, read
@@ -62,9 +66,10 @@ type Config struct {
 	// has time to release its claim for the retry.
 	PSPTimeout time.Duration
 	// PSPWebhookSecrets verify the provider's webhooks, whsec_ secrets,
-	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS,
-	// default the demo secret DemoWebhookSecret, which `api serve` accepts
-	// in demo mode only, see CheckServe).
+	// comma-separated, several during a rotation (PSP_WEBHOOK_SECRETS, each
+	// member trimmed and none empty; default the demo secret
+	// DemoWebhookSecret, which `api serve` accepts in demo mode only, in
+	// any position and spelling, see CheckServe).
 	PSPWebhookSecrets []string
 
 	// Retention is how long each kind of record is kept. Each operation's
@@ -100,6 +105,7 @@ type Config struct {
 	FulfillmentConsumer bool
 	// AdminToken is the bearer token of /admin/outbox/... and
 	// /admin/attention... (ADMIN_TOKEN; empty: the admin routes answer 404).
+	// It must be at least httpapi.MinAdminTokenLen characters (Check).
 	AdminToken string
 
 	// TracesEndpoint is where traces are exported, with OTLP over HTTP: the
@@ -160,7 +166,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PSPURL:            getenv("PSP_URL"),
 		PSPAPIKey:         getenv("PSP_API_KEY"),
 		PSPTimeout:        r.duration("PSP_TIMEOUT", payments.DefaultTimeout),
-		PSPWebhookSecrets: strings.Split(r.str("PSP_WEBHOOK_SECRETS", DemoWebhookSecret), ","),
+		PSPWebhookSecrets: r.secrets("PSP_WEBHOOK_SECRETS", DemoWebhookSecret),
 		SweepInterval:     r.duration("SWEEP_INTERVAL", time.Minute),
 
 		NATSURL:             getenv("NATS_URL"),
@@ -216,6 +222,9 @@ func (c Config) Check() error {
 	if c.WriteTimeout > 0 && c.Tuning.AdmissionWait >= c.WriteTimeout {
 		errs = append(errs, fmt.Errorf("tuning AdmissionWait (%s) must be shorter than WRITE_TIMEOUT (%s): the wait for a slot counts against the request's deadline, which would end it first", c.Tuning.AdmissionWait, c.WriteTimeout))
 	}
+	if n := utf8.RuneCountInString(c.AdminToken); n > 0 && n < httpapi.MinAdminTokenLen {
+		errs = append(errs, fmt.Errorf("ADMIN_TOKEN is %d characters, want at least %d (such as the output of `openssl rand -hex 32`): it opens the operator's endpoints of every tenant", n, httpapi.MinAdminTokenLen))
+	}
 	if c.NATSURL == "" && c.NATSStreamReplicas > 1 {
 		errs = append(errs, fmt.Errorf("NATS_STREAM_REPLICAS (%d) needs NATS_URL naming a cluster: the embedded broker is one server, which holds one replica", c.NATSStreamReplicas))
 	}
@@ -240,10 +249,18 @@ func CheckServe(c Config) error {
 	if c.PSPURL == "" {
 		errs = append(errs, errors.New("PSP_URL is required: the payment provider's URL (`make run` starts the payment simulator and sets it)"))
 	}
-	if !c.DemoMode && slices.Contains(c.PSPWebhookSecrets, DemoWebhookSecret) {
+	if !c.DemoMode && slices.ContainsFunc(c.PSPWebhookSecrets, isDemoSecret) {
 		errs = append(errs, errors.New("PSP_WEBHOOK_SECRETS must name your provider's webhook secrets: the demo secret is public, so anyone could sign a webhook with it (it is accepted with DEMO_MODE=true only)"))
 	}
 	return errors.Join(errs...)
+}
+
+// isDemoSecret reports whether s stands for the demo secret's key, however
+// it is spelt: the verifier accepts every spelling of a key alike.
+func isDemoSecret(s string) bool {
+	demo, _ := webhooks.ParseSecret(DemoWebhookSecret) // a constant that decodes
+	k, err := webhooks.ParseSecret(s)
+	return err == nil && bytes.Equal(k, demo)
 }
 
 // days renders a duration in whole days when it is whole days.
@@ -264,6 +281,26 @@ func (r *envReader) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// secrets reads a comma-separated list of secrets (def alone when the
+// variable is unset): each member trimmed of spaces, and none empty, since
+// an empty member is a typo that would otherwise pass unnoticed. The error
+// names the member by its place, never by its value: the value is a secret.
+func (r *envReader) secrets(name, def string) []string {
+	v := r.getenv(name)
+	if v == "" {
+		return []string{def}
+	}
+	members := strings.Split(v, ",")
+	for i, m := range members {
+		members[i] = strings.TrimSpace(m)
+		if members[i] == "" {
+			r.errs = append(r.errs, fmt.Errorf("%s: member %d of %d is empty: want whsec_ secrets separated by commas", name, i+1, len(members)))
+			return nil
+		}
+	}
+	return members
 }
 
 func (r *envReader) boolean(name string, def bool) bool {

@@ -32,6 +32,11 @@ func TestConfigFromEnv(t *testing.T) {
 	if !c.DemoMode || c.WriteTimeout != 20*time.Second || c.LogLevel != slog.LevelDebug || c.HTTPAddr != "127.0.0.1:8080" || !c.AutoMigrate {
 		t.Fatalf("config = %+v", c)
 	}
+	// An operator token of 32 characters is long enough; none turns the
+	// operator's endpoints off.
+	if _, err := check(map[string]string{"DATABASE_URL": "postgres://x", "ADMIN_TOKEN": strings.Repeat("x", 32)}); err != nil {
+		t.Fatalf("a 32-character ADMIN_TOKEN: %v", err)
+	}
 	// Defaults: demo mode is off unless asked for, the tuning is the
 	// default one, and so is the retention.
 	c, err = check(map[string]string{"DATABASE_URL": "postgres://x"})
@@ -116,6 +121,8 @@ func TestCheckRefusesUnsafeCombinations(t *testing.T) {
 			"tuning OutboxLease (5s) must be longer than OutboxPublishTimeout (5s): another dispatcher would publish rows that are still being published"},
 		{"a backoff cap below the backoff", nil, func(t *app.Tuning) { t.RecovererBackoff, t.RecovererBackoffMax = time.Minute, 30*time.Second },
 			"tuning RecovererBackoffMax (30s) must be at least RecovererBackoff (1m0s)"},
+		{"an operator token shorter than 32 characters", map[string]string{"ADMIN_TOKEN": strings.Repeat("x", 31)}, nil,
+			"ADMIN_TOKEN is 31 characters, want at least 32 (such as the output of `openssl rand -hex 32`): it opens the operator's endpoints of every tenant"},
 	} {
 		env := map[string]string{"DATABASE_URL": "postgres://x"}
 		maps.Copy(env, tc.env)
@@ -146,6 +153,10 @@ func TestCheckServe(t *testing.T) {
 		{"no provider", map[string]string{"PSP_WEBHOOK_SECRETS": own}, "PSP_URL is required"},
 		{"default secret outside demo mode", map[string]string{"PSP_URL": "http://psp"}, "PSP_WEBHOOK_SECRETS must name"},
 		{"demo secret in a rotation outside demo mode", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own + "," + app.DemoWebhookSecret}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret after a comma and a space", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own + ", " + app.DemoWebhookSecret}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret with a trailing space", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": app.DemoWebhookSecret + " "}, "PSP_WEBHOOK_SECRETS must name"},
+		{"demo secret spelt across a line break", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": app.DemoWebhookSecret[:20] + "\n" + app.DemoWebhookSecret[20:]}, "PSP_WEBHOOK_SECRETS must name"},
+		{"own secrets with spaces around them", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": " " + own + " , " + own + "\t"}, ""},
 		{"default secret in demo mode", map[string]string{"PSP_URL": "http://psp", "DEMO_MODE": "true"}, ""},
 		{"own secret", map[string]string{"PSP_URL": "http://psp", "PSP_WEBHOOK_SECRETS": own}, ""},
 	} {
@@ -157,12 +168,37 @@ func TestCheckServe(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: ConfigFromEnv: %v", tc.name, err)
 		}
+		for _, s := range c.PSPWebhookSecrets {
+			if s != strings.TrimSpace(s) {
+				t.Errorf("%s: secret %q kept its spaces", tc.name, s)
+			}
+		}
 		err = app.CheckServe(c)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: CheckServe = %v, want nil", tc.name, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
 			t.Errorf("%s: CheckServe = %v, want one line with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A list of secrets with an empty member is a typo (",," or a trailing
+// comma): refused in one line that says which member, and never quotes the
+// secrets.
+func TestWebhookSecretsRefuseAnEmptyMember(t *testing.T) {
+	t.Parallel()
+	const own = "whsec_b3duLXNlY3JldC1vZi10aGUtb3BlcmF0b3I="
+	for value, want := range map[string]string{
+		own + ",," + own: "PSP_WEBHOOK_SECRETS: member 2 of 3 is empty: want whsec_ secrets separated by commas",
+		own + ", ":       "PSP_WEBHOOK_SECRETS: member 2 of 2 is empty: want whsec_ secrets separated by commas",
+		" ":              "PSP_WEBHOOK_SECRETS: member 1 of 1 is empty: want whsec_ secrets separated by commas",
+	} {
+		_, err := app.ConfigFromEnv(func(k string) string {
+			return map[string]string{"DATABASE_URL": "postgres://x", "PSP_WEBHOOK_SECRETS": value}[k]
+		})
+		if err == nil || err.Error() != want {
+			t.Errorf("PSP_WEBHOOK_SECRETS=%q: %v, want exactly %q", value, err, want)
 		}
 	}
 }

@@ -2,6 +2,11 @@ package app_test
 
 import (
 	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/internal/app"
@@ -50,6 +55,58 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 	for _, series := range want {
 		if v, ok := got[series]; !ok || v != 0 {
 			t.Errorf("a fresh server's /metrics: %s = %v (exported: %v), want 0", series, v, ok)
+		}
+	}
+}
+
+// Every metric docs/OPERATIONS.md lists ("Every series") is on a fresh
+// server's /metrics once it answered one request, and every oncepay_
+// metric there is listed: a metric added, renamed or disconnected from its
+// observer without the docs fails here.
+func TestEveryDocumentedSeriesIsExported(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "\n### Every series\n")
+	if !ok {
+		t.Fatal(`docs/OPERATIONS.md has no "### Every series" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n#")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, name := range regexp.MustCompile("`(oncepay_[a-z_]+)`").FindAllStringSubmatch(first, -1) {
+			documented[name[1]] = true
+		}
+	}
+	if len(documented) < 15 {
+		t.Fatalf("only %d metrics read from the table: the test reads it wrong", len(documented))
+	}
+
+	b := setup(t, withAdminToken)
+	b.do(t, "GET", "/healthz", "", "", "") // the request histogram has a series once a request was answered
+	exported := map[string]bool{}
+	for series := range b.scrape(t) {
+		name, _, _ := strings.Cut(series, "{")
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && documented[base] {
+				name = base
+			}
+		}
+		if strings.HasPrefix(name, "oncepay_") {
+			exported[name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(documented)) {
+		if !exported[name] {
+			t.Errorf("%s is documented but not on /metrics", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(exported)) {
+		if !documented[name] {
+			t.Errorf("%s is on /metrics but not in docs/OPERATIONS.md, \"Every series\"", name)
 		}
 	}
 }

@@ -491,6 +491,18 @@ func TestRefunds(t *testing.T) {
 	wantProblem(t, b.refund(t, paymentID, "refund-zero", 0), http.StatusUnprocessableEntity, "validation_failed")
 	frac := b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, "refund-frac", `{"amount":1.5}`)
 	wantProblem(t, frac, http.StatusUnprocessableEntity, "validation_failed")
+	// An amount is read exactly, never through a float64: one that a
+	// float64 would round to a whole number is not whole, one past 2^53 is
+	// out of range as it is, and 1e2 is the whole number 100 (which meets
+	// the payment, refunded in full by now).
+	for body, code := range map[string]string{
+		`{"amount":1.0000000000000001}`: "validation_failed",
+		`{"amount":9007199254740993}`:   "validation_failed",
+		`{"amount":1e2}`:                "refund_exceeds_payment",
+	} {
+		r := b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, "refund-"+body, body)
+		wantProblem(t, r, http.StatusUnprocessableEntity, code)
+	}
 }
 
 // tenantID returns the id of the tenant with slug.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/httpapi"
 )
 
 // httpSeries returns the series of the HTTP latency histogram (its _count
@@ -265,7 +266,7 @@ func TestRequestMemberNamesMatchExactly(t *testing.T) {
 // on the operator's, instead of the first one winning silently.
 func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 	t.Parallel()
-	const token = "admin-token-for-this-test"
+	const token = "admin-token-of-this-test-0123456789abcdef"
 	b := setup(t, func(c *app.Config) { c.AdminToken = token })
 	for _, tc := range []struct{ path, first, second string }{
 		{"/v1/orders", "Bearer " + acme, "Bearer " + globex},
@@ -288,6 +289,39 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantProblem(t, response{status: res.StatusCode, header: res.Header, body: raw}, http.StatusUnauthorized, "unauthorized")
+	}
+}
+
+// Failed authentications at the operator's endpoints are limited per
+// client address and counted: five wrong tokens are 401 each, then the
+// address gets 429 rate_limited with Retry-After, also with the right
+// token, until a failure's worth has refilled (AdminAuthEvery on the
+// service's clock); oncepay_admin_auth_failures_total counts both kinds.
+func TestFailedAdminAuthenticationsAreLimitedAndCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withAdminToken)
+	for i := range httpapi.AdminAuthBurst {
+		wantProblem(t, b.do(t, "GET", "/admin/attention", fmt.Sprintf("guess-%d", i), "", ""), http.StatusUnauthorized, "unauthorized")
+	}
+	for _, token := range []string{"one-more-guess", openAPIAdminToken} {
+		r := b.do(t, "GET", "/admin/outbox/stuck", token, "", "")
+		wantProblem(t, r, http.StatusTooManyRequests, "rate_limited")
+		if got := r.header.Get("Retry-After"); got != "12" {
+			t.Fatalf("Retry-After = %q, want 12", got)
+		}
+	}
+	s := b.scrape(t)
+	for series, want := range map[string]float64{
+		`oncepay_admin_auth_failures_total{result="unauthorized"}`: httpapi.AdminAuthBurst,
+		`oncepay_admin_auth_failures_total{result="rate_limited"}`: 2,
+	} {
+		if s[series] != want {
+			t.Errorf("%s = %v, want %v", series, s[series], want)
+		}
+	}
+	b.clock.Advance(httpapi.AdminAuthEvery)
+	if r := b.admin(t, "GET", "/admin/attention"); r.status != http.StatusOK {
+		t.Fatalf("a refill later, the right token: %d %s", r.status, r.body)
 	}
 }
 

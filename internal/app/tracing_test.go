@@ -32,12 +32,18 @@ type traced struct {
 
 func setupTraced(t *testing.T, appOpts ...app.Option) traced {
 	t.Helper()
+	return setupTracedWith(t, appOpts)
+}
+
+// setupTracedWith is setupTraced with the configuration changed by opts.
+func setupTracedWith(t *testing.T, appOpts []app.Option, opts ...func(*app.Config)) traced {
+	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	// Registered before the service's own cleanup, so it runs after it: the
 	// workers' last spans end before the provider shuts down.
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tr := traced{setupWith(t, append(appOpts, app.WithTracerProvider(tp))), exp}
+	tr := traced{setupWith(t, append(appOpts, app.WithTracerProvider(tp)), opts...), exp}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("spans:\n%s", dump(exp.GetSpans()))
@@ -288,6 +294,100 @@ func TestTraceOfAResumedPayment(t *testing.T) {
 			tr.span(t, "the finisher's publish", inTrace(resumed, trace.SpanKindProducer, func(s tracetest.SpanStub) bool {
 				return attr(s, tracing.EventType) == fulfillment.EventPaymentSucceeded
 			}))
+		})
+	}
+}
+
+// A client's traceparent is anyone's. By default a request does not
+// continue it: it starts a trace of its own, sampled by the service's
+// sampler whatever the client's flags say (00, "not sampled", no longer
+// drops the request's spans), with a link to the client's span, and
+// nothing of the client's tracestate is stored with the idempotency record
+// or the outbox event. With TrustTraceparent the request continues the
+// client's trace, and what is stored of its tracestate is bounded: a
+// 32-member tracestate of 16 KB is cut to at most 512 bytes.
+func TestIncomingTraceContext(t *testing.T) {
+	t.Parallel()
+	const clientTrace, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	members := make([]string, tracing.MaxTraceStateMembers)
+	for i := range members {
+		members[i] = fmt.Sprintf("k%02d%s=%s", i, strings.Repeat("k", 238), strings.Repeat("v", 256))
+	}
+	for _, tc := range []struct {
+		name  string
+		trust bool
+		flags string
+	}{
+		{"not trusted, flags 00", false, "00"},
+		{"trusted, flags 01", true, "01"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr := setupTracedWith(t, nil, func(c *app.Config) { c.Tuning.TrustTraceparent = tc.trust })
+			req, err := http.NewRequest(http.MethodPost, tr.baseURL+"/v1/orders", strings.NewReader(orderBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+acme)
+			req.Header.Set("Idempotency-Key", "o-traceparent")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-"+tc.flags)
+			req.Header.Set("tracestate", strings.Join(members, ","))
+			res, err := tr.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != http.StatusCreated {
+				t.Fatalf("create: %d", res.StatusCode)
+			}
+
+			span := tr.request(t, routeOrders, "o-traceparent", idempotency.OutcomeExecuted)
+			continued := span.SpanContext.TraceID().String() == clientTrace && span.Parent.SpanID().String() == clientSpan
+			linked := len(span.Links) == 1 && span.Links[0].SpanContext.TraceID().String() == clientTrace &&
+				span.Links[0].SpanContext.SpanID().String() == clientSpan
+			if tc.trust && (!continued || linked) {
+				t.Fatalf("trusted: the request's span is in trace %s under %s with links %v, want the client's trace, under its span",
+					span.SpanContext.TraceID(), span.Parent.SpanID(), span.Links)
+			}
+			if !tc.trust && (continued || span.SpanContext.TraceID().String() == clientTrace || !linked) {
+				t.Fatalf("not trusted: the request's span is in trace %s with links %v, want a trace of its own linked to the client's",
+					span.SpanContext.TraceID(), span.Links)
+			}
+			tr.span(t, "publish of order.created", inTrace(span, trace.SpanKindProducer, nil))
+
+			var stored []map[string]string
+			rows, err := tr.pool.Query(context.Background(), `
+				SELECT trace_context FROM api_idempotency WHERE idempotency_key = 'o-traceparent'
+				UNION ALL SELECT trace_context FROM outbox_events WHERE idempotency_key = 'o-traceparent'`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var c map[string]string
+				if err := rows.Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				stored = append(stored, c)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(stored) != 2 {
+				t.Fatalf("%d stored trace contexts, want the record's and the event's", len(stored))
+			}
+			for _, c := range stored {
+				state := c["tracestate"]
+				if !strings.Contains(c["traceparent"], span.SpanContext.TraceID().String()) {
+					t.Errorf("stored %v, not the request's trace %s", c, span.SpanContext.TraceID())
+				}
+				if tc.trust && (state == "" || len(state) > tracing.MaxTraceStateBytes || !strings.HasPrefix(members[0], state)) {
+					t.Errorf("trusted: stored tracestate of %d bytes, want the client's first member, at most %d", len(state), tracing.MaxTraceStateBytes)
+				}
+				if !tc.trust && state != "" {
+					t.Errorf("not trusted: stored tracestate of %d bytes, want none", len(state))
+				}
+			}
 		})
 	}
 }

@@ -125,6 +125,14 @@ type Tuning struct {
 	// at once; at most outbox.MaxLinger). It adds up to this much to each
 	// event's way to the stream.
 	OutboxLinger time.Duration
+	// TrustTraceparent continues the trace of a request's traceparent, with
+	// its sampling decision and its tracestate (bounded), when tracing is on.
+	// Off (the default), a request starts a trace of its own with a link to
+	// the client's: anyone can send a traceparent, and one whose flags say
+	// "not sampled" would drop the spans of that client's requests. Turn it
+	// on only when every request comes through a proxy or client that
+	// decides traces for you and strips what outsiders send.
+	TrustTraceparent bool
 }
 
 // DefaultTuning is the tuning the service runs with unless a tuning file
@@ -246,7 +254,7 @@ func (t Tuning) check() []error {
 // LoadTuning reads a tuning file: a JSON object whose members are fields of
 // Tuning, by their Go names, each overriding its default (DefaultTuning).
 // Durations are Go duration strings ("250ms", "2s", "1m30s"), counts JSON
-// integers, SweepDutyCycle a JSON number. It refuses a member Tuning does
+// integers, SweepDutyCycle a JSON number, switches true or false. It refuses a member Tuning does
 // not have and a value of the wrong kind, each with one line that names the
 // member; Config.Check then refuses a value out of range.
 func LoadTuning(path string) (Tuning, error) {
@@ -303,6 +311,13 @@ func (t *Tuning) decode(data []byte) error {
 				continue
 			}
 			field.SetInt(int64(n))
+		case f.Type.Kind() == reflect.Bool:
+			var b bool
+			if err := json.Unmarshal(raw, &b); err != nil {
+				errs = append(errs, fmt.Errorf("%s: want true or false, not %s", name, oneLine(string(raw))))
+				continue
+			}
+			field.SetBool(b)
 		case f.Type.Kind() == reflect.Float64:
 			var x float64
 			if err := json.Unmarshal(raw, &x); err != nil {

@@ -53,6 +53,8 @@ func TestEveryTuningFieldLoads(t *testing.T) {
 			value = `"7ms"`
 		case f.Type.Kind() == reflect.Float64:
 			value = "0.7"
+		case f.Type.Kind() == reflect.Bool:
+			value = "true"
 		}
 		got, err := app.LoadTuning(writeTuning(t, `{"`+f.Name+`": `+value+`}`))
 		if err != nil {
@@ -83,6 +85,7 @@ func TestLoadTuningRefusesWhatItCannotUse(t *testing.T) {
 		{`{"SweepBatch": "250"}`, []string{`SweepBatch: want an integer, not "250"`}},
 		{`{"SweepBatch": 2.5}`, []string{`SweepBatch: want an integer`}},
 		{`{"SweepDutyCycle": "half"}`, []string{`SweepDutyCycle: want a number`}},
+		{`{"TrustTraceparent": "yes"}`, []string{`TrustTraceparent: want true or false, not "yes"`}},
 		{`{"ReadTimeout": "1x", "Nope": 1}`, []string{`unknown member "Nope"`, `ReadTimeout: want a duration`}},
 		{`["OutboxLinger"]`, []string{`want a JSON object whose members are fields of app.Tuning`}},
 		{`{"OutboxLinger": "5ms"} {}`, []string{`want one JSON object, and nothing after it`}},

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,12 @@ import (
 func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		pe := toProblem(err)
+		if isFailure(pe) && clientWentAway(c, err) {
+			// The work failed because its client hung up and the request's
+			// context ended: a client error, not a failure of the service.
+			pe = &problem.Error{Code: problem.ClientClosedRequest, Detail: "The client went away before the answer was ready.", Err: err}
+			err = pe
+		}
 		status := problem.Status(pe.Code)
 		// Behind requestLogger, the request's line logs err.
 		rendered, behindLogger := c.Get(renderedErrorKey).(*error)
@@ -69,11 +76,26 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 const renderedErrorKey = "httpapi.rendered_error"
 
 // isFailure says whether pe is a failure of the service, logged at ERROR
-// with its cause: a 5xx, except a shed request. That one is the service
-// working as designed, counted in oncepay_http_shed_total: one error line
-// each would add to the load exactly when there is too much of it.
+// with its cause: a 5xx, except the ones the service answers by design. A
+// shed request is counted in oncepay_http_shed_total: one error line each
+// would add to the load exactly when there is too much of it. A service
+// that is starting (Starting) answers 503 until it is ready, and a load
+// balancer asks /readyz until then: that is how a start looks, not an
+// error.
 func isFailure(pe *problem.Error) bool {
-	return problem.Status(pe.Code) >= 500 && pe.Code != problem.Overloaded
+	return problem.Status(pe.Code) >= 500 && pe.Code != problem.Overloaded && !errors.Is(pe, errStarting)
+}
+
+// errStarting is the cause of Starting's answers.
+var errStarting = errors.New("the service is starting")
+
+// clientWentAway says whether err is the end of the request's context
+// because its client hung up (net/http cancels the context when the
+// connection closes): both the context and err say so. A deadline is not
+// a hang-up, and an error of another cause stays what it is even when the
+// client left meanwhile.
+func clientWentAway(c echo.Context, err error) bool {
+	return errors.Is(c.Request().Context().Err(), context.Canceled) && errors.Is(err, context.Canceled)
 }
 
 // toProblem classifies err: an application error as it is, a database that

@@ -74,8 +74,10 @@ func traceRequest(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // requestLogger writes one JSON log line per request, and it is the only
-// line of a request that failed: at ERROR for a 5xx (a shed request is a
-// WARN), with the error ErrorHandler rendered and its code. Every value in
+// line of a request that failed: at ERROR for a 5xx that is a failure
+// (isFailure; a shed request is a WARN, a starting service's answer and a
+// client that hung up, 499, are INFO), with the error ErrorHandler
+// rendered and its code. Every value in
 // it that the client chose is bounded (wire.Loggable), and the idempotency
 // key is logged as the key only when it is valid. The request id (one
 // transport attempt, for tracing) and the idempotency key (one business
@@ -129,7 +131,7 @@ func requestLogger(logger *slog.Logger, observe func(method, route string, statu
 					level = slog.LevelError
 				}
 			}
-			if res.Status >= 500 && level == slog.LevelInfo {
+			if rendered == nil && res.Status >= 500 {
 				level = slog.LevelError // a 5xx a handler wrote itself
 			}
 			logger.LogAttrs(req.Context(), level, "request", attrs...)

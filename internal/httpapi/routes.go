@@ -4,10 +4,8 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,6 +36,9 @@ type options struct {
 	observe        func(method, route string, status int, d time.Duration)
 	admission      *Admission
 	requestTimeout time.Duration
+
+	onAdminAuthFailure func(result string)
+	now                func() time.Time
 }
 
 // DefaultRequestTimeout bounds the work of one request unless
@@ -59,7 +60,8 @@ func WithRequestTimeout(d time.Duration) Option {
 }
 
 // WithOutboxAdmin routes the operator's outbox endpoints (/admin/outbox/...)
-// to h, guarded by the bearer token (ADMIN_TOKEN). The default is none:
+// to h, guarded by the bearer token (ADMIN_TOKEN), with failed attempts
+// limited per client address (adminGuard). The default is none:
 // without this option, or with an empty token, they are not routed and
 // answer 404 like any unknown path.
 func WithOutboxAdmin(h *outbox.AdminHandler, token string) Option {
@@ -72,6 +74,28 @@ func WithOutboxAdmin(h *outbox.AdminHandler, token string) Option {
 // without this option, or with an empty token, they answer 404.
 func WithAttentionAdmin(h *attention.AdminHandler, token string) Option {
 	return func(o *options) { o.attentionAdmin, o.attentionToken = h, token }
+}
+
+// WithClock is the clock of the budgets of failed operator
+// authentications (default time.Now); a test's service runs on the test's
+// clock.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
+
+// WithAdminAuthObserver receives every failed authentication at the
+// operator's endpoints with its result (AdminAuthResults), e.g. for
+// metrics (default none). It must not block.
+func WithAdminAuthObserver(fn func(result string)) Option {
+	return func(o *options) {
+		if fn != nil {
+			o.onAdminAuthFailure = fn
+		}
+	}
 }
 
 // WithRequestObserver receives every request's method, route, status and
@@ -106,9 +130,11 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
 	o := options{
-		observe:        func(string, string, int, time.Duration) {},
-		admission:      NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait),
-		requestTimeout: DefaultRequestTimeout,
+		observe:            func(string, string, int, time.Duration) {},
+		onAdminAuthFailure: func(string) {},
+		now:                time.Now,
+		admission:          NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait),
+		requestTimeout:     DefaultRequestTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -155,14 +181,24 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	v1.GET("/refunds/:id", paymentAPI.GetRefund, auth)
 	v1.GET("/events", eventAPI.List, auth)
 
+	// The operator's endpoints: one guard per token, so that both sets of
+	// routes spend one budget of failed attempts per address when they
+	// share the token (adminauth.go).
+	guards := map[string]*adminGuard{}
+	guard := func(token string) echo.MiddlewareFunc {
+		if guards[token] == nil {
+			guards[token] = newAdminGuard(token, o.now, o.onAdminAuthFailure)
+		}
+		return guards[token].middleware
+	}
 	if o.adminToken != "" && o.outboxAdmin != nil {
-		admin := adminAuth(o.adminToken)
+		admin := guard(o.adminToken)
 		e.GET("/admin/outbox/stuck", o.outboxAdmin.Stuck, admin)
 		e.POST("/admin/outbox/events/:id/retry", o.outboxAdmin.Retry, admin)
 		e.POST("/admin/outbox/events/:id/replay", o.outboxAdmin.Replay, admin)
 	}
 	if o.attentionToken != "" && o.attentionAdmin != nil {
-		admin := adminAuth(o.attentionToken)
+		admin := guard(o.attentionToken)
 		e.GET("/admin/attention", o.attentionAdmin.List, admin)
 		e.GET("/admin/attention/:id", o.attentionAdmin.Get, admin)
 	}
@@ -189,6 +225,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 // other path answer 503 service_unavailable with Retry-After, and the detail
 // says what the service waits for (waiting returns it, e.g. "the database
 // and NATS"), so a load balancer keeps traffic away and a person sees why.
+// Those answers are logged at INFO: they are what a start looks like.
 func Starting(waiting func() string, logger *slog.Logger) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
@@ -196,29 +233,11 @@ func Starting(waiting func() string, logger *slog.Logger) *echo.Echo {
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	e.Use(clientRequestID, middleware.RequestID(), requestLogger(logger, func(string, string, int, time.Duration) {}))
 	starting := func(echo.Context) error {
-		return &problem.Error{Code: problem.ServiceUnavailable, Detail: "The service is starting: it waits for " + waiting() + ".", RetryAfter: time.Second}
+		return &problem.Error{Code: problem.ServiceUnavailable, Detail: "The service is starting: it waits for " + waiting() + ".", RetryAfter: time.Second, Err: errStarting}
 	}
 	e.GET("/healthz", healthz)
 	e.Any("/*", starting)
 	return e
-}
-
-// adminAuth admits requests bearing the operator token (compared in
-// constant time) in their one Authorization header.
-func adminAuth(token string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			values := c.Request().Header.Values("Authorization")
-			if len(values) != 1 {
-				return problem.New(problem.Unauthorized, "Send the operator token in exactly one Authorization header.")
-			}
-			got, ok := strings.CutPrefix(values[0], "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				return problem.New(problem.Unauthorized, "The operator token is not valid.")
-			}
-			return next(c)
-		}
-	}
 }
 
 func healthz(c echo.Context) error {

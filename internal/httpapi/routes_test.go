@@ -43,7 +43,7 @@ func TestOutboxAdminRoutesNeedTheOptionAndAToken(t *testing.T) {
 	}{
 		{"without the option", nil, http.StatusNotFound},
 		{"with an empty token", []httpapi.Option{httpapi.WithOutboxAdmin(admin, "")}, http.StatusNotFound},
-		{"with a token", []httpapi.Option{httpapi.WithOutboxAdmin(admin, "admin-token")}, http.StatusUnauthorized},
+		{"with a token", []httpapi.Option{httpapi.WithOutboxAdmin(admin, "admin-token-of-the-route-tests-0123456789")}, http.StatusUnauthorized},
 	} {
 		e := routes(t, c.opts...)
 		for _, r := range []struct{ method, path string }{

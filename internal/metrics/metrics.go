@@ -32,6 +32,7 @@ type Metrics struct {
 	publishAttempts *prometheus.CounterVec
 	consumed        *prometheus.CounterVec
 	shed            prometheus.Counter
+	adminAuth       *prometheus.CounterVec
 
 	// attentionReasons are the reasons of oncepay_attention_open_items
 	// exported at zero (Declare).
@@ -84,12 +85,16 @@ func New() *Metrics {
 			Name: "oncepay_http_shed_total",
 			Help: "Requests answered 503 overloaded because MaxInFlight requests were being worked on and no slot freed within AdmissionWait (oncepay_http_request_duration_seconds has them by route).",
 		}),
+		adminAuth: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_admin_auth_failures_total",
+			Help: "Failed authentications at the operator's endpoints (/admin), by result: unauthorized (401: no token, or another one) or rate_limited (429: the client address used up its failed attempts).",
+		}, []string{"result"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.idempotency, m.httpDuration, m.providerCalls, m.webhooks, m.webhookResults,
-		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed, m.shed,
+		m.sweeperDeleted, m.sweeperStuck, m.publishAttempts, m.consumed, m.shed, m.adminAuth,
 	)
 	return m
 }
@@ -116,6 +121,8 @@ type Known struct {
 	// AttentionReasons: oncepay_attention_open_items (WatchAttention), each
 	// reason of the needs-attention queue.
 	AttentionReasons []string
+	// AdminAuthResults: oncepay_admin_auth_failures_total.
+	AdminAuthResults []string
 }
 
 // Declare exports every series of k at zero (a series already counted is
@@ -148,12 +155,19 @@ func (m *Metrics) Declare(k Known) {
 			m.consumed.WithLabelValues(sub, r)
 		}
 	}
+	for _, r := range k.AdminAuthResults {
+		m.adminAuth.WithLabelValues(r)
+	}
 	m.attentionReasons = append(m.attentionReasons, k.AttentionReasons...)
 }
 
 // Shed counts a request answered 503 overloaded; route is its template,
 // kept out of the labels (the request histogram has it).
 func (m *Metrics) Shed(string) { m.shed.Inc() }
+
+// AdminAuthFailure counts one failed authentication at the operator's
+// endpoints by its result (httpapi.AdminAuthResults).
+func (m *Metrics) AdminAuthFailure(result string) { m.adminAuth.WithLabelValues(result).Inc() }
 
 // WatchAdmission exports the requests in flight (inFlight, read at each
 // scrape) and the limit they are held to.

@@ -25,6 +25,7 @@ func TestObserversFeedTheirSeries(t *testing.T) {
 	m.OutboxPublish("failed", 2)
 	m.OutboxPublish("failed", 1)
 	m.Consumed("fulfillment", "duplicate")
+	m.AdminAuthFailure("rate_limited")
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -42,6 +43,7 @@ func TestObserversFeedTheirSeries(t *testing.T) {
 		`oncepay_outbox_publish_attempts_total{result="published"} 5`,
 		`oncepay_outbox_publish_attempts_total{result="failed"} 3`,
 		`oncepay_consumer_messages_total{result="duplicate",subscriber="fulfillment"} 1`,
+		`oncepay_admin_auth_failures_total{result="rate_limited"} 1`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(string(body), want) {

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -63,9 +62,11 @@ type (
 	}
 	itemRequestJSON struct {
 		SKU *string `json:"sku"`
-		// Quantity is a JSON number: 2 and 2.0 are the same number (and the
-		// same canonical JSON), so both are accepted; 2.5 is not a quantity.
-		Quantity *float64 `json:"quantity"`
+		// Quantity is a JSON number read exactly (wire.Integer): 2 and 2.0
+		// are the same number (and the same canonical JSON), so both are
+		// accepted; 2.5 is not a quantity, and neither is
+		// 2.0000000000000001, which a float64 would round to 2.
+		Quantity *wire.Integer `json:"quantity"`
 	}
 )
 
@@ -131,16 +132,18 @@ func validateCreate(req createRequestJSON) (CreateInput, error) {
 		default:
 			seen[*it.SKU] = true
 		}
-		switch {
-		case it.Quantity == nil:
+		var quantity int64
+		if it.Quantity == nil {
 			bad(f("quantity"), "is required")
-		case *it.Quantity != math.Trunc(*it.Quantity):
+		} else if q, err := it.Quantity.Int(1, MaxQuantity); errors.Is(err, wire.ErrNotWhole) {
 			bad(f("quantity"), "must be a whole number")
-		case *it.Quantity < 1 || *it.Quantity > MaxQuantity:
+		} else if err != nil {
 			bad(f("quantity"), fmt.Sprintf("must be between 1 and %d", MaxQuantity))
+		} else {
+			quantity = q
 		}
 		if len(fields) == 0 {
-			in.Items = append(in.Items, ItemInput{SKU: *it.SKU, Quantity: int(*it.Quantity)})
+			in.Items = append(in.Items, ItemInput{SKU: *it.SKU, Quantity: int(quantity)})
 		}
 	}
 	if len(fields) > 0 {

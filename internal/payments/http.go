@@ -3,7 +3,6 @@ package payments
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -31,9 +30,11 @@ type payRequestJSON struct {
 }
 
 type refundRequestJSON struct {
-	// Amount is a JSON number in minor units; 500 and 500.0 are the same
-	// number (and the same canonical JSON), 500.5 is not an amount.
-	Amount *float64 `json:"amount"`
+	// Amount is a JSON number in minor units, read exactly (wire.Integer):
+	// 500 and 500.0 are the same number (and the same canonical JSON);
+	// 500.5 is not an amount, and neither is 500.00000000000001, which a
+	// float64 would round to 500.
+	Amount *wire.Integer `json:"amount"`
 }
 
 // MaxPaymentMethodLen bounds payment_method, in characters.
@@ -71,10 +72,15 @@ func (h *Handler) Refund(c echo.Context) error {
 		if err := wire.Decode(raw, &in); err != nil {
 			return refundAttempt{}, err
 		}
-		if in.Amount == nil || *in.Amount != math.Trunc(*in.Amount) || *in.Amount < 1 || *in.Amount > MaxRefundAmount {
-			return refundAttempt{}, problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive whole number in minor units (at most %d)", int64(MaxRefundAmount))})
+		invalid := problem.Validation(problem.FieldError{Field: "amount", Message: fmt.Sprintf("must be a positive whole number in minor units (at most %d)", int64(MaxRefundAmount))})
+		if in.Amount == nil {
+			return refundAttempt{}, invalid
 		}
-		return refundAttempt{paymentID: paymentID, amount: int64(*in.Amount)}, nil
+		amount, err := in.Amount.Int(1, MaxRefundAmount)
+		if err != nil {
+			return refundAttempt{}, invalid
+		}
+		return refundAttempt{paymentID: paymentID, amount: amount}, nil
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,11 @@
 // outbox, the consumer, the recoverer and the webhook worker, for which
 // none exists, are the service's own.
 //
+// A request's trace starts at the service: a client's traceparent is
+// linked, not continued, unless internal/app is told to trust it
+// (Tuning.TrustTraceparent), and a tracestate is bounded before anything
+// stores it (BoundTraceState).
+//
 // One trace follows an intent across its asynchronous steps: the claim
 // stores the request's trace context on the idempotency record, the outbox
 // row stores it next to the event, the dispatcher publishes under it and
@@ -28,6 +33,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -88,8 +95,76 @@ const EventDuplicate = "inbox duplicate, skipped"
 func Disabled() trace.TracerProvider { return noop.NewTracerProvider() }
 
 // Propagator is the one propagator the service uses: the W3C trace context
-// (traceparent, tracestate).
-func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
+// (traceparent, tracestate), with the tracestate bounded as the W3C allows
+// (BoundTraceState) on its way in and out. Whoever sends a request chooses
+// its tracestate, and the service stores the trace context with the
+// idempotency record and the outbox event of that request (Capture): an
+// unbounded one, 32 members of 512 bytes each, would be 16 KB more on every
+// record, kept for days.
+func Propagator() propagation.TextMapPropagator { return boundedTraceContext{} }
+
+// The bounds of a tracestate (W3C Trace Context, "tracestate Limits"): at
+// most 32 list members, and a vendor may cut it to 512 characters,
+// removing the members longer than 128 characters first, then members from
+// the end.
+const (
+	MaxTraceStateMembers = 32
+	MaxTraceStateBytes   = 512
+	longTraceStateMember = 128
+)
+
+// BoundTraceState returns ts cut to MaxTraceStateBytes as the W3C
+// specifies: while it is too long, its members longer than 128 characters
+// go first, last first, then members from the end. (OpenTelemetry's parser
+// already refuses more than MaxTraceStateMembers members.)
+func BoundTraceState(ts trace.TraceState) trace.TraceState {
+	if len(ts.String()) <= MaxTraceStateBytes {
+		return ts
+	}
+	var members []string
+	size := -1 // the commas between members
+	ts.Walk(func(k, v string) bool {
+		members = append(members, k+"="+v)
+		size += len(k) + 1 + len(v) + 1
+		return true
+	})
+	for i := len(members) - 1; i >= 0 && size > MaxTraceStateBytes; i-- {
+		if len(members[i]) > longTraceStateMember {
+			size -= len(members[i]) + 1
+			members = slices.Delete(members, i, i+1)
+		}
+	}
+	for len(members) > 0 && size > MaxTraceStateBytes {
+		size -= len(members[len(members)-1]) + 1
+		members = members[:len(members)-1]
+	}
+	bounded, err := trace.ParseTraceState(strings.Join(members, ","))
+	if err != nil { // members of a parsed tracestate parse again
+		return trace.TraceState{}
+	}
+	return bounded
+}
+
+// boundedTraceContext is the W3C propagator with the tracestate bounded
+// (BoundTraceState) in what it extracts and in what it injects.
+type boundedTraceContext struct{ w3c propagation.TraceContext }
+
+func (p boundedTraceContext) Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, sc.WithTraceState(BoundTraceState(sc.TraceState())))
+	}
+	p.w3c.Inject(ctx, carrier)
+}
+
+func (p boundedTraceContext) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	sc := trace.SpanContextFromContext(p.w3c.Extract(context.Background(), carrier))
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc.WithTraceState(BoundTraceState(sc.TraceState())))
+}
+
+func (p boundedTraceContext) Fields() []string { return p.w3c.Fields() }
 
 // Capture returns the trace context of ctx's span as the service stores it
 // with a record: the propagator's fields as a JSON object. It is nil when

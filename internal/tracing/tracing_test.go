@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -113,5 +116,85 @@ func TestNewProviderExportsOTLP(t *testing.T) {
 		}
 	default:
 		t.Fatal("nothing was exported")
+	}
+}
+
+// oversizedTraceState is the largest tracestate OpenTelemetry's parser
+// takes: 32 members, each a 241-character key and a 256-character value,
+// about 16 KB.
+func oversizedTraceState() string {
+	members := make([]string, tracing.MaxTraceStateMembers)
+	for i := range members {
+		members[i] = fmt.Sprintf("k%02d%s=%s", i, strings.Repeat("k", 238), strings.Repeat("v", 256))
+	}
+	return strings.Join(members, ",")
+}
+
+// A tracestate a client sends is bounded before the service stores it with
+// a record: extracted, and captured from a span that continues it, it is
+// at most MaxTraceStateBytes. One within the bound is kept as it is.
+func TestTraceStateIsBoundedBeforeItIsStored(t *testing.T) {
+	t.Parallel()
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tp := sdktrace.NewTracerProvider()
+	for _, tc := range []struct {
+		name, tracestate, want string
+	}{
+		{"32 members of 16 KB: the first is all that fits", oversizedTraceState(), strings.Split(oversizedTraceState(), ",")[0]},
+		{"within the bound", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+	} {
+		h := http.Header{}
+		h.Set("traceparent", traceparent)
+		h.Set("tracestate", tc.tracestate)
+		ctx := tracing.Propagator().Extract(context.Background(), propagation.HeaderCarrier(h))
+		sc := trace.SpanContextFromContext(ctx)
+		if !sc.IsValid() || sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+			t.Fatalf("%s: extracted %v", tc.name, sc)
+		}
+		if got := sc.TraceState().String(); got != tc.want {
+			t.Errorf("%s: extracted tracestate %q (%d bytes), want %q", tc.name, got, len(got), tc.want)
+		}
+		ctx, span := tp.Tracer("test").Start(ctx, "request")
+		var stored map[string]string
+		if err := json.Unmarshal(tracing.Capture(ctx), &stored); err != nil {
+			t.Fatal(err)
+		}
+		span.End()
+		if got := stored["tracestate"]; got != tc.want {
+			t.Errorf("%s: stored tracestate %q (%d bytes), want %q", tc.name, got, len(got), tc.want)
+		}
+	}
+}
+
+// A tracestate over 512 characters is cut as the W3C says: members longer
+// than 128 characters go first, the last of them first, then members from
+// the end, each only while it does not fit yet; what is left keeps its
+// order.
+func TestBoundTraceState(t *testing.T) {
+	t.Parallel()
+	long := func(k string) string { return k + "=" + strings.Repeat("x", 150) }
+	short := func(k string) string { return k + "=" + strings.Repeat("y", 60) }
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"within the bound", []string{short("a"), long("b"), short("c")}, []string{short("a"), long("b"), short("c")}},
+		{"long ones go first, the last first", []string{long("a"), short("b"), long("c"), short("d"), long("e"), short("f")},
+			[]string{long("a"), short("b"), long("c"), short("d"), short("f")}},
+		{"then from the end", []string{short("a"), short("b"), short("c"), short("d"), short("e"), short("f"), short("g"), short("h"), short("i"), long("j")},
+			[]string{short("a"), short("b"), short("c"), short("d"), short("e"), short("f"), short("g"), short("h")}},
+	} {
+		ts, err := trace.ParseTraceState(strings.Join(tc.in, ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tracing.BoundTraceState(ts).String()
+		if want := strings.Join(tc.want, ","); got != want {
+			t.Errorf("%s: %q, want %q", tc.name, got, want)
+		}
+		if len(got) > tracing.MaxTraceStateBytes {
+			t.Errorf("%s: %d bytes", tc.name, len(got))
+		}
 	}
 }

@@ -78,7 +78,7 @@ func NewVerifier(secrets []string, now func() time.Time, opts ...VerifierOption)
 	}
 	keys := make([][]byte, 0, len(secrets))
 	for i, s := range secrets {
-		k, err := parseSecret(s)
+		k, err := ParseSecret(s)
 		if err != nil {
 			// The secret itself is never part of the error.
 			return nil, fmt.Errorf("webhook verifier: secret %d: %w", i+1, err)
@@ -89,8 +89,10 @@ func NewVerifier(secrets []string, now func() time.Time, opts ...VerifierOption)
 	return v, nil
 }
 
-// parseSecret decodes "whsec_<base64>" into the HMAC key.
-func parseSecret(s string) ([]byte, error) {
+// ParseSecret decodes a secret "whsec_<base64>" into the HMAC key it
+// stands for. Two spellings of one key (base64 skips line breaks) give the
+// same bytes, so a secret is compared by its key, never by its spelling.
+func ParseSecret(s string) ([]byte, error) {
 	raw, ok := strings.CutPrefix(strings.TrimSpace(s), "whsec_")
 	if !ok {
 		return nil, errors.New("want whsec_<base64>")

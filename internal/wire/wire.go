@@ -139,7 +139,10 @@ func shapeError(body []byte, err error) error {
 		field = "(root)"
 	}
 	kind := "of another type"
-	if semErr.GoType != nil {
+	switch {
+	case semErr.GoType == integerType:
+		kind = "an integer"
+	case semErr.GoType != nil:
 		kind = jsonKind(semErr.GoType.Kind())
 	}
 	message := "must be " + kind

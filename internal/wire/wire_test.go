@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -222,4 +224,98 @@ func TestLoggable(t *testing.T) {
 			t.Errorf("Loggable(%.40q...) = %.300q, want %.300q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// integerMember is a body with one wire.Integer member.
+type integerMember struct {
+	N *wire.Integer `json:"n"`
+}
+
+// An Integer is read from the digits the client sent, never through a
+// float64: the spelling of a whole number does not matter, its value does,
+// exactly, to the last digit of an int64.
+func TestIntegerIsReadExactly(t *testing.T) {
+	t.Parallel()
+	const lo, hi = math.MinInt64, math.MaxInt64
+	for _, tc := range []struct {
+		literal string
+		want    int64
+		err     error
+	}{
+		{"2", 2, nil}, {"2.0", 2, nil}, {"2e0", 2, nil}, {"0.2e1", 2, nil}, {"20E-1", 2, nil}, {"1e2", 100, nil}, {"1E+2", 100, nil},
+		{"0", 0, nil}, {"-0", 0, nil}, {"0.000e-7", 0, nil}, {"0e99999999999999999999", 0, nil},
+		{"-15", -15, nil}, {"150e-1", 15, nil}, {"1.5e1", 15, nil},
+		{"9007199254740993", 9007199254740993, nil},
+		{"9223372036854775807", math.MaxInt64, nil}, {"-9223372036854775808", math.MinInt64, nil},
+		{"922337203685477580.7e1", math.MaxInt64, nil},
+		{"2.5", 0, wire.ErrNotWhole}, {"2.0000000000000001", 0, wire.ErrNotWhole}, {"15e-1", 0, wire.ErrNotWhole},
+		{"1e-400", 0, wire.ErrNotWhole}, {"1e-99999999999999999999", 0, wire.ErrNotWhole},
+		{"9223372036854775808", 0, wire.ErrOutOfRange}, {"-9223372036854775809", 0, wire.ErrOutOfRange},
+		{"1e19", 0, wire.ErrOutOfRange}, {"1e400", 0, wire.ErrOutOfRange}, {"1e99999999999999999999", 0, wire.ErrOutOfRange},
+	} {
+		var v integerMember
+		if err := wire.Decode([]byte(`{"n":`+tc.literal+`}`), &v); err != nil || v.N == nil {
+			t.Fatalf("Decode(%s) = %v", tc.literal, err)
+		}
+		got, err := v.N.Int(lo, hi)
+		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("%s: Int = %d, %v; want %d, %v", tc.literal, got, err, tc.want, tc.err)
+		}
+	}
+	var v integerMember
+	if err := wire.Decode([]byte(`{"n":1000}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.N.Int(1, 999); !errors.Is(err, wire.ErrOutOfRange) {
+		t.Errorf("1000 within 1..999: %v, want ErrOutOfRange", err)
+	}
+	if err := wire.Decode([]byte(`{"n":null}`), &v); err != nil || v.N != nil {
+		t.Errorf("null: %v, %v; want a nil Integer", v.N, err)
+	}
+	for _, other := range []string{`"2"`, `true`, `[2]`, `{"n":2}`} {
+		err := wire.Decode([]byte(`{"n":`+other+`}`), &v)
+		var p *problem.Error
+		if !errors.As(err, &p) || p.Code != problem.ValidationFailed || len(p.Fields) != 1 ||
+			p.Fields[0] != (problem.FieldError{Field: "n", Message: "must be an integer"}) {
+			t.Errorf("%s: %v, want n \"must be an integer\"", other, err)
+		}
+	}
+}
+
+// FuzzInteger: whatever number a body holds, Integer.Int agrees with exact
+// rational arithmetic (math/big): whole or not, in range or not, and the
+// value itself. Numbers whose exponent big.Rat cannot afford are left to
+// TestIntegerIsReadExactly.
+func FuzzInteger(f *testing.F) {
+	for _, s := range []string{"2", "2.0", "-0", "1e2", "2.0000000000000001", "9007199254740993", "9223372036854775808",
+		"-9223372036854775808", "1e-400", "1e400", "922337203685477580.7e1", "0.000e-7", "12.5E-1", "x", `"2"`, "0 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, literal string) {
+		var v integerMember
+		if err := wire.Decode([]byte(`{"n":`+literal+`}`), &v); err != nil || v.N == nil {
+			return // not a number: refused by Decode
+		}
+		literal = strings.Trim(literal, " \t\r\n") // JSON's whitespace around the number
+		if _, exp, ok := strings.Cut(strings.ToLower(literal), "e"); ok && len(strings.TrimLeft(strings.TrimLeft(exp, "+-"), "0")) > 3 {
+			return
+		}
+		r, ok := new(big.Rat).SetString(literal)
+		if !ok {
+			t.Fatalf("%q decoded as a number, but big.Rat cannot read it", literal)
+		}
+		got, err := v.N.Int(math.MinInt64, math.MaxInt64)
+		switch {
+		case !r.IsInt():
+			if !errors.Is(err, wire.ErrNotWhole) {
+				t.Fatalf("%s is not whole: Int = %d, %v", literal, got, err)
+			}
+		case !r.Num().IsInt64():
+			if !errors.Is(err, wire.ErrOutOfRange) {
+				t.Fatalf("%s is past int64: Int = %d, %v", literal, got, err)
+			}
+		case err != nil || got != r.Num().Int64():
+			t.Fatalf("%s: Int = %d, %v; want %d", literal, got, err, r.Num().Int64())
+		}
+	})
 }
