@@ -178,13 +178,15 @@ func scrapeAPI(ctx context.Context, hc *http.Client, base string) (sample, error
 		if err != nil {
 			continue
 		}
+		if strings.HasPrefix(name, "oncepay_http_requests_in_flight{") { // one series per pool
+			s.inFlight += v
+			continue
+		}
 		switch name {
 		case "go_goroutines":
 			s.goroutines = v
 		case "process_resident_memory_bytes":
 			s.rssMiB = v / (1 << 20)
-		case "oncepay_http_requests_in_flight":
-			s.inFlight = v
 		case "oncepay_http_shed_total":
 			s.shed = v
 		case "oncepay_http_connections_open":
