@@ -185,20 +185,22 @@ bench-compare: build
 	@REF="$(REF)" LABEL="$(LABEL)" BENCH_DURATION="$(BENCH_DURATION)" BENCH_ARGS="$(BENCH_ARGS)" scripts/bench-compare.sh
 
 ## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it
-##           offered open loop for OVERLOAD_DURATION (60s), then SOAK (30m) at SOAK_FRACTION (0.5) of it
-##           (docs/RELIABILITY.md, "Overload")
+##           offered open loop for OVERLOAD_DURATION (60s), then SOAK_FRACTION (0.5) of it for ATTACK (30s) alone
+##           and as long again beside slow clients (slow bodies, connections without headers; 0: no attack
+##           phase), then SOAK (30m) at SOAK_FRACTION of it (docs/RELIABILITY.md, "Overload")
 ##           The generator gets the last CPU and the service the others (OVERLOAD_CLIENT_CPUS, OVERLOAD_SERVICE_CPUS;
 ##           empty for none), so that offering 5x does not take the service's CPU: on one CPU nothing is pinned
 OVERLOAD_FACTOR ?= 5
 OVERLOAD_DURATION ?= 60s
 SOAK ?= 30m
 SOAK_FRACTION ?= 0.5
+ATTACK ?= 30s
 OVERLOAD_CLIENT_CPUS ?= $(shell n=$$(nproc); [ "$$n" -ge 2 ] && command -v taskset >/dev/null && echo $$((n-1)))
 OVERLOAD_SERVICE_CPUS ?= $(shell n=$$(nproc); [ "$$n" -ge 2 ] && command -v taskset >/dev/null && echo 0-$$((n-2)))
 overload:
 	@$(MAKE) --no-print-directory bench BENCH_DURATION=10s \
 	  BENCH_SERVICE_CPUS="$(OVERLOAD_SERVICE_CPUS)" BENCH_CLIENT_CPUS="$(OVERLOAD_CLIENT_CPUS)" \
-	  BENCH_ARGS="--clients 16 --overload $(OVERLOAD_FACTOR) --overload-duration $(OVERLOAD_DURATION) --soak $(SOAK) --soak-fraction $(SOAK_FRACTION) $(BENCH_ARGS)"
+	  BENCH_ARGS="--clients 16 --overload $(OVERLOAD_FACTOR) --overload-duration $(OVERLOAD_DURATION) --attack $(ATTACK) --soak $(SOAK) --soak-fraction $(SOAK_FRACTION) $(BENCH_ARGS)"
 
 ## bench-citus: create and replay on one PostgreSQL against Citus (coordinator and two workers), in turn,
 ##              ROUNDS times (default 3), with each round's Citus/plain ratios (docs/SCALING.md)

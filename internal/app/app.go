@@ -158,7 +158,7 @@ func New(cfg Config, logger *slog.Logger, now func() time.Time, opts ...Option) 
 		shutdownTraces(traces)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	a.conns = httpapi.NewConnLimiter(cfg.Tuning.MaxConnections)
+	a.conns = httpapi.NewConnLimiter(cfg.Tuning.MaxConnections, cfg.Tuning.ReclaimAfter)
 	a.ln = a.conns.Listener(ln)
 	a.handler = newSwitchHandler(httpapi.Starting(a.waitingFor, logger))
 	return a, nil

@@ -19,6 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/testdb"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
@@ -348,10 +351,26 @@ func TestDrill1_ResponseLostAfterCommit(t *testing.T) {
 
 // Drill 1, the other half: the client hangs up before the server is done.
 // The started write still runs to its end (its context is detached from the
-// request), so the retry is a replay, not a second execution.
+// request), so the retry is a replay, not a second execution. The client
+// hangs up while the write's transaction is about to commit: the server
+// reads a request's body before it starts, and a client gone before that
+// has nothing started (its retry is a first execution).
 func TestDrill1_ClientGoneMidRequest(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+		BeforeCommit: func(op idempotency.Operation, _ idempotency.RecoveryPoint) error {
+			if op == orders.OpCreate {
+				once.Do(func() { close(entered) })
+				select {
+				case <-release:
+				case <-time.After(10 * time.Second):
+				}
+			}
+			return nil
+		},
+	})})
 	conn, err := net.Dial("tcp", b.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +380,13 @@ func TestDrill1_ClientGoneMidRequest(t *testing.T) {
 	if _, err := conn.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the order's write never started")
+	}
 	conn.Close()
+	close(release)
 	testkit.WaitFor(t, 10*time.Second, "the lost answer's record to be completed", func() bool {
 		return b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'drill-1b' AND state = 'completed'`) == 1
 	})

@@ -110,8 +110,12 @@ func (a *App) build(ctx context.Context) (err error) {
 	}
 	a.sweeper = newSweeper(pool, cfg, idem, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }))
-	admission := httpapi.NewAdmission(cfg.Tuning.MaxInFlight, cfg.Tuning.AdmissionWait, httpapi.WithShedObserver(m.Shed))
-	m.WatchAdmission(admission.InFlight, admission.Limit())
+	admission := httpapi.NewAdmission(cfg.Tuning.MaxInFlight, cfg.Tuning.AdmissionWait,
+		httpapi.WithWebhookLimit(cfg.Tuning.WebhookMaxInFlight), httpapi.WithTenantShare(cfg.Tuning.TenantShare),
+		httpapi.WithBodyReadTimeout(cfg.Tuning.BodyReadTimeout), httpapi.WithShedObserver(m.Shed))
+	m.WatchAdmission(admission.InFlight, map[string]int{
+		httpapi.PoolAPI: admission.Limit(httpapi.PoolAPI), httpapi.PoolWebhooks: admission.Limit(httpapi.PoolWebhooks),
+	})
 	m.WatchConnections(a.conns.Open, a.conns.Limit(), a.conns.Reclaimed)
 	a.api = httpapi.New(pool, m.Handler(),
 		webhooks.NewReceiver(pool, a.verifier, logger, now,

@@ -50,6 +50,7 @@ func TestTimeoutsAreBoundedAndValidated(t *testing.T) {
 	for name, zero := range map[string]func(*app.Tuning){
 		"DBLockTimeout":         func(t *app.Tuning) { t.DBLockTimeout = 0 },
 		"ReadTimeout":           func(t *app.Tuning) { t.ReadTimeout = 0 },
+		"BodyReadTimeout":       func(t *app.Tuning) { t.BodyReadTimeout = 0 },
 		"ShutdownTimeout":       func(t *app.Tuning) { t.ShutdownTimeout = 0 },
 		"StartupTimeout":        func(t *app.Tuning) { t.StartupTimeout = 0 },
 		"NATSPingInterval":      func(t *app.Tuning) { t.NATSPingInterval = 0 },

@@ -85,10 +85,10 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 	if v := series["oncepay_http_shed_total"]; v != 1 {
 		t.Errorf("oncepay_http_shed_total = %v, want 1", v)
 	}
-	if v := series["oncepay_http_requests_in_flight"]; v != 1 {
+	if v := series[`oncepay_http_requests_in_flight{pool="api"}`]; v != 1 {
 		t.Errorf("oncepay_http_requests_in_flight = %v, want 1 (the held payment)", v)
 	}
-	if v := series["oncepay_http_requests_in_flight_limit"]; v != 1 {
+	if v := series[`oncepay_http_requests_in_flight_limit{pool="api"}`]; v != 1 {
 		t.Errorf("oncepay_http_requests_in_flight_limit = %v, want 1", v)
 	}
 
@@ -99,7 +99,7 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 	// The client has the payment's answer a moment before the server gives
 	// its slot back: a retry sent at once could meet the limit still taken.
 	testkit.WaitFor(t, 5*time.Second, "the held payment's slot to be free", func() bool {
-		return b.scrape(t)["oncepay_http_requests_in_flight"] == 0
+		return b.scrape(t)[`oncepay_http_requests_in_flight{pool="api"}`] == 0
 	})
 	retry := b.do(t, "POST", "/v1/orders", acme, "o-shed", orderBody)
 	if retry.status != http.StatusCreated || retry.header.Get(idempotency.HeaderReplayed) == "true" {
@@ -110,6 +110,6 @@ func TestOverloadShedsAndNothingIsDone(t *testing.T) {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
 	testkit.WaitFor(t, 5*time.Second, "no request in flight", func() bool {
-		return b.scrape(t)["oncepay_http_requests_in_flight"] == 0
+		return b.scrape(t)[`oncepay_http_requests_in_flight{pool="api"}`] == 0
 	})
 }

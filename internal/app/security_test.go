@@ -170,7 +170,7 @@ func TestClientHangingUpMidBodyIsAClientError(t *testing.T) {
 // still be there to read it), and it is counted as that, not as a 500.
 func TestClientSlowerThanTheReadTimeoutGets408(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *app.Config) { c.Tuning.ReadTimeout = time.Second })
+	b := setup(t, func(c *app.Config) { c.Tuning.ReadTimeout, c.Tuning.BodyReadTimeout = time.Second, time.Second })
 	conn, err := net.Dial("tcp", b.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -138,19 +138,26 @@ func (a *App) Serve(ctx context.Context) error {
 	return err
 }
 
+// readHeaderTimeout bounds the headers of any request; a connection that
+// waits for them at MaxConnections is closed sooner (Tuning.ReclaimAfter).
+const readHeaderTimeout = 5 * time.Second
+
 func (a *App) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler: h,
 		// Slow clients must not hold connections forever; writes get more
 		// time than reads because a started write runs to its end anyway.
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       a.cfg.Tuning.ReadTimeout,
 		WriteTimeout:      a.cfg.WriteTimeout + 5*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		// The limiter learns which connections are idle, to close the
-		// longest idle one when a new client finds every slot taken.
-		ConnState: a.conns.ConnState,
+		// The limiter learns which connections wait for their client
+		// (idle, without their headers, or without a request's body), to
+		// close the one that waited longest when a new client finds every
+		// slot taken.
+		ConnState:   a.conns.ConnState,
+		ConnContext: a.conns.ConnContext,
 		// "OPTIONS *" reaches the handler (and its problem+json 404)
 		// instead of net/http's own empty 200.
 		DisableGeneralOptionsHandler: true,

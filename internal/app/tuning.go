@@ -33,6 +33,12 @@ type Tuning struct {
 	// slower than this gets 408 request_timeout, and the connection is
 	// closed. Must be positive.
 	ReadTimeout time.Duration
+	// BodyReadTimeout bounds the wait for the body of a request to /v1,
+	// /webhooks or /demo from when its headers are in: the body is read
+	// before the request takes an admission slot, so a slow body holds a
+	// connection and never a slot, and a body later than this gets 408
+	// request_timeout. Positive, at most ReadTimeout.
+	BodyReadTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM, and then the background workers
 	// this long again. Must be positive.
@@ -42,23 +48,42 @@ type Tuning struct {
 	// ready; past it, it exits naming what never answered. Meanwhile
 	// /healthz answers 200 and /readyz 503. Must be positive.
 	StartupTimeout time.Duration
-	// MaxInFlight bounds the requests of /v1, /webhooks and /demo worked on
-	// at once: about twice DB_MAX_CONNS keeps the pool busy without a queue
-	// in front of it. One more waits up to AdmissionWait for a slot and then
-	// gets 503 overloaded with Retry-After, before anything is read or done.
-	// Probes, /metrics and the operator's endpoints are never shed.
+	// MaxInFlight bounds the requests of the tenants' API (/v1, /demo)
+	// worked on at once: about twice DB_MAX_CONNS keeps the pool busy
+	// without a queue in front of it. One more waits up to AdmissionWait for
+	// a slot and then gets 503 overloaded with Retry-After, before its key
+	// is checked or anything is done. Probes, /metrics and the operator's
+	// endpoints are never shed.
 	MaxInFlight int
-	// AdmissionWait is how long a request past MaxInFlight waits for a slot
-	// (0: it is shed at once). It counts against the request's deadline,
-	// WRITE_TIMEOUT, and must be shorter.
+	// WebhookMaxInFlight bounds the provider's deliveries (/webhooks)
+	// worked on at once, in a pool of their own, so that neither the
+	// tenants nor the provider (nor anyone posting to the webhook URL) can
+	// take the other's slots.
+	WebhookMaxInFlight int
+	// TenantShare is the share of MaxInFlight one tenant holds at most (at
+	// least one slot; more than 0, at most 1: 1 lets one tenant take every
+	// slot). A tenant's request past it is shed at once with 503 overloaded.
+	TenantShare float64
+	// AdmissionWait is how long a request that finds its pool full
+	// (MaxInFlight, WebhookMaxInFlight) waits for a slot (0: it is shed at
+	// once). It counts against the request's deadline, WRITE_TIMEOUT, and
+	// must be shorter.
 	AdmissionWait time.Duration
 	// MaxConnections bounds the connections the server holds open at once,
-	// idle keep-alive ones included; at least MaxInFlight. Past it new
-	// connections wait in the kernel's accept queue, and the connection idle
-	// the longest is closed to make room (httpapi.ConnLimiter): the
+	// idle keep-alive ones included; at least MaxInFlight plus
+	// WebhookMaxInFlight. Past it new connections wait in the kernel's
+	// accept queue, and the connection that has waited longest for its
+	// client is closed to make room (httpapi.ConnLimiter, ReclaimAfter): the
 	// goroutines and memory of an overloaded server stay bounded by it, not
 	// by the offered load.
 	MaxConnections int
+	// ReclaimAfter is how long a connection may wait for its client (for
+	// the headers of its first request, for a request's body, or idle
+	// between requests) before, at MaxConnections, it can be closed to make
+	// room for a new one, those with a request unfinished first: connections
+	// that never send a request do not hold the slots. Not negative (0: at
+	// once), shorter than the 5s the server gives any request's headers.
+	ReclaimAfter time.Duration
 	// DBLockTimeout bounds every lock wait on the server (lock_timeout), and
 	// so how long a concurrent duplicate request waits for the first one
 	// before it gets 409 request_in_progress. Must be positive.
@@ -140,11 +165,15 @@ type Tuning struct {
 func DefaultTuning() Tuning {
 	return Tuning{
 		ReadTimeout:           15 * time.Second,
+		BodyReadTimeout:       httpapi.DefaultBodyReadTimeout,
 		ShutdownTimeout:       15 * time.Second,
 		StartupTimeout:        DefaultStartupTimeout,
 		MaxInFlight:           httpapi.DefaultMaxInFlight,
+		WebhookMaxInFlight:    httpapi.DefaultWebhookMaxInFlight,
+		TenantShare:           httpapi.DefaultTenantShare,
 		AdmissionWait:         httpapi.DefaultAdmissionWait,
 		MaxConnections:        httpapi.DefaultMaxConnections,
+		ReclaimAfter:          httpapi.DefaultReclaimAfter,
 		DBLockTimeout:         2 * time.Second,
 		AuthCacheTTL:          tenants.DefaultCacheTTL,
 		LogFlushInterval:      logging.DefaultFlushInterval,
@@ -191,6 +220,7 @@ func (t Tuning) check() []error {
 		why  string
 	}{
 		{"ReadTimeout", t.ReadTimeout, "without it a client that sends its request slowly holds the connection forever"},
+		{"BodyReadTimeout", t.BodyReadTimeout, "without it a client that sends its body slowly holds the connection for the whole ReadTimeout"},
 		{"ShutdownTimeout", t.ShutdownTimeout, "with none, SIGTERM would cut every request in flight"},
 		{"StartupTimeout", t.StartupTimeout, "it is how long api serve waits for the database and the broker"},
 		{"DBLockTimeout", t.DBLockTimeout, "without it a duplicate request waits for the first one as long as that takes"},
@@ -209,7 +239,7 @@ func (t Tuning) check() []error {
 		name string
 		d    time.Duration
 	}{
-		{"AdmissionWait", t.AdmissionWait}, {"AuthCacheTTL", t.AuthCacheTTL},
+		{"AdmissionWait", t.AdmissionWait}, {"ReclaimAfter", t.ReclaimAfter}, {"AuthCacheTTL", t.AuthCacheTTL},
 		{"LogFlushInterval", t.LogFlushInterval}, {"RecovererInterval", t.RecovererInterval}, {"OutboxLinger", t.OutboxLinger},
 	} {
 		if p.d < 0 {
@@ -221,6 +251,7 @@ func (t Tuning) check() []error {
 		n, lo, hi int
 	}{
 		{"MaxInFlight", t.MaxInFlight, 1, 100_000},
+		{"WebhookMaxInFlight", t.WebhookMaxInFlight, 1, 100_000},
 		{"MaxConnections", t.MaxConnections, 1, 1_000_000},
 		{"RecovererMaxAttempts", t.RecovererMaxAttempts, 1, 1000},
 		{"SweepBatch", t.SweepBatch, 1, 100_000},
@@ -229,6 +260,9 @@ func (t Tuning) check() []error {
 		if p.n < p.lo || p.n > p.hi {
 			refuse("%s (%d) must be from %d to %d", p.name, p.n, p.lo, p.hi)
 		}
+	}
+	if !(t.TenantShare > 0 && t.TenantShare <= 1) {
+		refuse("TenantShare (%g) must be more than 0 and at most 1", t.TenantShare)
 	}
 	if !(t.SweepDutyCycle > 0 && t.SweepDutyCycle <= 1) {
 		refuse("SweepDutyCycle (%g) must be more than 0 and at most 1", t.SweepDutyCycle)
@@ -242,8 +276,14 @@ func (t Tuning) check() []error {
 	if t.RecovererBackoffMax < t.RecovererBackoff {
 		refuse("RecovererBackoffMax (%s) must be at least RecovererBackoff (%s)", t.RecovererBackoffMax, t.RecovererBackoff)
 	}
-	if t.MaxInFlight > 0 && t.MaxConnections > 0 && t.MaxConnections < t.MaxInFlight {
-		refuse("MaxConnections (%d) must be at least MaxInFlight (%d): the requests admitted at once each need a connection", t.MaxConnections, t.MaxInFlight)
+	if t.MaxInFlight > 0 && t.WebhookMaxInFlight > 0 && t.MaxConnections > 0 && t.MaxConnections < t.MaxInFlight+t.WebhookMaxInFlight {
+		refuse("MaxConnections (%d) must be at least MaxInFlight plus WebhookMaxInFlight (%d): the requests admitted at once each need a connection", t.MaxConnections, t.MaxInFlight+t.WebhookMaxInFlight)
+	}
+	if t.BodyReadTimeout > 0 && t.ReadTimeout > 0 && t.BodyReadTimeout > t.ReadTimeout {
+		refuse("BodyReadTimeout (%s) must be at most ReadTimeout (%s), which bounds the whole request", t.BodyReadTimeout, t.ReadTimeout)
+	}
+	if t.ReclaimAfter >= readHeaderTimeout {
+		refuse("ReclaimAfter (%s) must be shorter than %s: the server closes a connection without complete headers by then anyway", t.ReclaimAfter, readHeaderTimeout)
 	}
 	if t.OutboxPublishTimeout > 0 && t.OutboxLease <= t.OutboxPublishTimeout {
 		refuse("OutboxLease (%s) must be longer than OutboxPublishTimeout (%s): another dispatcher would publish rows that are still being published", t.OutboxLease, t.OutboxPublishTimeout)

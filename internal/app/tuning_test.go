@@ -121,6 +121,9 @@ func TestLoadTuningRefusesWhatItCannotUse(t *testing.T) {
 		`{"MaxInFlight": -1}`:             "tuning MaxInFlight (-1) must be from 1 to 100000",
 		`{"RecovererMaxAttempts": 0}`:     "tuning RecovererMaxAttempts (0) must be from 1 to 1000",
 		`{"MaxConnections": 0}`:           "tuning MaxConnections (0) must be from 1 to 1000000",
+		`{"WebhookMaxInFlight": 0}`:       "tuning WebhookMaxInFlight (0) must be from 1 to 100000",
+		`{"TenantShare": 1.5}`:            "tuning TenantShare (1.5) must be more than 0 and at most 1",
+		`{"ReclaimAfter": "5s"}`:          "tuning ReclaimAfter (5s) must be shorter than 5s",
 		`{"StartupTimeout": "0s"}`:        "tuning StartupTimeout (0s) must be positive",
 		`{"WebhookWorkerInterval": "0s"}`: "tuning WebhookWorkerInterval (0s) must be positive",
 	} {

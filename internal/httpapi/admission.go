@@ -2,49 +2,111 @@ package httpapi
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenants"
 )
 
-// Admission defaults: the service's tuning fields MaxInFlight and
-// AdmissionWait (app.Tuning).
+// Admission defaults: the service's tuning fields MaxInFlight,
+// WebhookMaxInFlight, TenantShare, AdmissionWait and BodyReadTimeout
+// (app.Tuning).
+//
 // DefaultMaxInFlight is twice the default pool (DB_MAX_CONNS, 20): enough
 // to keep every connection busy while payments wait on the provider, few
 // enough that an admitted request waits little for its connection.
+// DefaultWebhookMaxInFlight is a quarter of that: a delivery is a signature
+// check and one insert, and a provider delivers a few at a time (the
+// simulator one at a time). DefaultTenantShare leaves a quarter of
+// MaxInFlight to the other tenants when one takes all it may.
+// DefaultBodyReadTimeout lets a body of the largest size (64 KiB) come at
+// 32 KiB/s; the bodies of the API are a few hundred bytes and come with
+// their headers.
 const (
-	DefaultMaxInFlight   = 40
-	DefaultAdmissionWait = 100 * time.Millisecond
+	DefaultMaxInFlight        = 40
+	DefaultWebhookMaxInFlight = 10
+	DefaultTenantShare        = 0.75
+	DefaultAdmissionWait      = 100 * time.Millisecond
+	DefaultBodyReadTimeout    = 2 * time.Second
 )
 
-// admitted reports whether a route is subject to admission: the routes that
-// do the service's work (the API, the provider's webhooks, the demo
-// endpoints). Probes, /metrics, the API description, the UI's files and the
-// operator's endpoints are always answered: a load balancer, a scraper and
-// an operator must still see an overloaded service, or they cannot tell it
-// from a dead one.
-func admitted(route string) bool {
-	return strings.HasPrefix(route, "/v1/") || strings.HasPrefix(route, "/webhooks/") || strings.HasPrefix(route, "/demo/")
+// The pools of admission slots, also the values of the metrics' pool label.
+const (
+	PoolAPI      = "api"      // the tenants' API: /v1 and /demo
+	PoolWebhooks = "webhooks" // the provider's deliveries: /webhooks
+)
+
+// poolOf is the pool of slots a route takes one of: the routes that do the
+// service's work (the API, the provider's webhooks, the demo endpoints).
+// Probes, /metrics, the API description, the UI's files and the operator's
+// endpoints take none and are always answered (""): a load balancer, a
+// scraper and an operator must still see an overloaded service, or they
+// cannot tell it from a dead one.
+func poolOf(route string) string {
+	switch {
+	case strings.HasPrefix(route, "/v1/"), strings.HasPrefix(route, "/demo/"):
+		return PoolAPI
+	case strings.HasPrefix(route, "/webhooks/"):
+		return PoolWebhooks
+	}
+	return ""
 }
 
-// Admission bounds how many requests the service works on at once. Past
-// capacity a request waits at most wait for a slot and is then answered
-// 503 overloaded with Retry-After, at once and before its body is read,
-// instead of queueing without bound for the pool's connections: latency
-// stays bounded, goroutines and memory stay flat, and the client's retry
-// with the same Idempotency-Key is safe because nothing was done.
+// admitted reports whether a route is subject to admission.
+func admitted(route string) bool { return poolOf(route) != "" }
+
+// Admission bounds how many requests the service works on at once, so that
+// past capacity it answers at once instead of queueing without bound for
+// the pool's connections: latency stays bounded, goroutines and memory
+// stay flat. A request holds a slot only while the service works on it,
+// and no one client, tenant or caller can take every slot from the others:
 //
-// The limit is of requests, not of connections: the pool (DB_MAX_CONNS)
-// serves the admitted ones, and a limit about twice the pool keeps it busy
-// while bounding the wait for a connection to limit/throughput.
+//   - The body comes first. A request's body is read, whole and bounded
+//     (wire.MaxBodyBytes, and BodyReadTimeout from when its headers are
+//     in), before the request asks for a slot, so a client that sends its
+//     body slowly holds a connection, never a slot. A body later than that
+//     is answered 408 request_timeout.
+//   - Two pools. The tenants' API (/v1, /demo) has MaxInFlight slots, the
+//     provider's deliveries (/webhooks, which anyone can call: the signature
+//     is checked by the handler) WebhookMaxInFlight of their own, so neither
+//     can drain the other.
+//   - A share per tenant. One tenant holds at most TenantShare of the API's
+//     slots at once (at least one); its request past that is shed at once,
+//     once its key is checked, and gives its slot back: waiting would hold a
+//     slot the other tenants may need.
+//
+// A request that finds its pool full waits at most wait for a slot and is
+// then answered 503 overloaded with Retry-After, before its key is checked
+// or anything is done; the client's retry with the same Idempotency-Key is
+// safe because nothing was done.
+//
+// The limit is of requests, not of connections: the database pool
+// (DB_MAX_CONNS) serves the admitted ones, and a limit about twice the pool
+// keeps it busy while bounding the wait for a connection to
+// limit/throughput.
 type Admission struct {
+	api, webhooks *slotPool
+	tenantLimit   int
+	wait          time.Duration
+	bodyTimeout   time.Duration
+	onShed        func(route string)
+	mu            sync.Mutex
+	byTenant      map[uuid.UUID]int // the API's slots each tenant holds
+}
+
+// slotPool is one pool of admission slots.
+type slotPool struct {
 	slots    chan struct{}
-	wait     time.Duration
 	inFlight atomic.Int64
-	onShed   func(route string)
+}
+
+func newSlotPool(limit int) *slotPool {
+	return &slotPool{slots: make(chan struct{}, max(limit, 1))}
 }
 
 // AdmissionOption configures NewAdmission.
@@ -60,51 +122,106 @@ func WithShedObserver(fn func(route string)) AdmissionOption {
 	}
 }
 
-// NewAdmission admits limit requests at once (at least 1); one past the
-// limit waits up to wait for a slot (0: not at all).
+// WithWebhookLimit admits n deliveries of the provider at once, in a pool
+// of their own (at least 1; default DefaultWebhookMaxInFlight).
+func WithWebhookLimit(n int) AdmissionOption {
+	return func(a *Admission) { a.webhooks = newSlotPool(n) }
+}
+
+// WithTenantShare lets one tenant hold at most share of the API's slots at
+// once (at least one slot; default DefaultTenantShare; 1: all of them).
+func WithTenantShare(share float64) AdmissionOption {
+	return func(a *Admission) {
+		if share > 0 && share <= 1 {
+			a.tenantLimit = tenantLimit(cap(a.api.slots), share)
+		}
+	}
+}
+
+// WithBodyReadTimeout bounds the wait for a request's body from when its
+// headers are in (default DefaultBodyReadTimeout); the server's read
+// timeout still bounds the whole request.
+func WithBodyReadTimeout(d time.Duration) AdmissionOption {
+	return func(a *Admission) {
+		if d > 0 {
+			a.bodyTimeout = d
+		}
+	}
+}
+
+func tenantLimit(limit int, share float64) int {
+	return max(int(float64(limit)*share), 1)
+}
+
+// NewAdmission admits limit requests of the tenants' API at once (at least
+// 1); one past the limit waits up to wait for a slot (0: not at all).
 func NewAdmission(limit int, wait time.Duration, opts ...AdmissionOption) *Admission {
-	a := &Admission{slots: make(chan struct{}, max(limit, 1)), wait: max(wait, 0), onShed: func(string) {}}
+	a := &Admission{
+		api:         newSlotPool(limit),
+		webhooks:    newSlotPool(DefaultWebhookMaxInFlight),
+		tenantLimit: tenantLimit(max(limit, 1), DefaultTenantShare),
+		wait:        max(wait, 0),
+		bodyTimeout: DefaultBodyReadTimeout,
+		onShed:      func(string) {},
+		byTenant:    make(map[uuid.UUID]int),
+	}
 	for _, opt := range opts {
 		opt(a)
 	}
 	return a
 }
 
-// InFlight is the number of admitted requests being worked on now.
-func (a *Admission) InFlight() int64 { return a.inFlight.Load() }
+// InFlight is the number of admitted requests of pool (PoolAPI,
+// PoolWebhooks) being worked on now.
+func (a *Admission) InFlight(pool string) int64 { return a.pool(pool).inFlight.Load() }
 
-// Limit is the number of requests admitted at once.
-func (a *Admission) Limit() int { return cap(a.slots) }
+// Limit is the number of requests of pool admitted at once.
+func (a *Admission) Limit(pool string) int { return cap(a.pool(pool).slots) }
+
+// TenantLimit is the number of the API's slots one tenant holds at most.
+func (a *Admission) TenantLimit() int { return a.tenantLimit }
+
+func (a *Admission) pool(name string) *slotPool {
+	if name == PoolWebhooks {
+		return a.webhooks
+	}
+	return a.api
+}
 
 func (a *Admission) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		route := c.Path()
-		if !admitted(route) {
+		name := poolOf(route)
+		if name == "" {
 			return next(c)
 		}
+		if err := readBodyFirst(c, a.bodyTimeout); err != nil {
+			return err
+		}
+		p := a.pool(name)
 		select {
-		case a.slots <- struct{}{}:
+		case p.slots <- struct{}{}:
 		default:
-			if err := a.await(c, route); err != nil {
+			if err := a.await(c, p, route); err != nil {
 				return err
 			}
 		}
-		a.inFlight.Add(1)
+		p.inFlight.Add(1)
 		defer func() {
-			a.inFlight.Add(-1)
-			<-a.slots
+			p.inFlight.Add(-1)
+			<-p.slots
 		}()
 		return next(c)
 	}
 }
 
-// await waits up to a.wait for a slot; a request that gets none, or whose
-// client goes away first, is answered without one.
-func (a *Admission) await(c echo.Context, route string) error {
+// await waits up to a.wait for a slot of p; a request that gets none, or
+// whose client goes away first, is answered without one.
+func (a *Admission) await(c echo.Context, p *slotPool, route string) error {
 	t := time.NewTimer(a.wait)
 	defer t.Stop()
 	select {
-	case a.slots <- struct{}{}:
+	case p.slots <- struct{}{}:
 		return nil
 	case <-c.Request().Context().Done():
 		return &problem.Error{Code: problem.ClientClosedRequest, Detail: "The client went away while the request waited for capacity.", Err: c.Request().Context().Err()}
@@ -112,4 +229,37 @@ func (a *Admission) await(c echo.Context, route string) error {
 		a.onShed(route)
 		return &problem.Error{Code: problem.Overloaded, Detail: "The service is at capacity and did not start this request. Nothing was done: retry after Retry-After, with the same Idempotency-Key.", RetryAfter: time.Second}
 	}
+}
+
+// tenantShare runs after the key check (tenants.Middleware), inside the
+// slot the request already holds: a tenant that holds its share of the
+// API's slots has its further requests shed at once, and the slot they
+// took goes back to the others.
+func (a *Admission) tenantShare(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := tenants.FromContext(c).ID
+		a.mu.Lock()
+		held := a.byTenant[id]
+		if held >= a.tenantLimit {
+			a.mu.Unlock()
+			a.onShed(c.Path())
+			return &problem.Error{Code: problem.Overloaded, Detail: "Your requests in progress hold your share of the service's capacity; this one was not started. Nothing was done: retry after Retry-After, with the same Idempotency-Key.", RetryAfter: time.Second}
+		}
+		a.byTenant[id] = held + 1
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			if a.byTenant[id]--; a.byTenant[id] == 0 {
+				delete(a.byTenant, id)
+			}
+			a.mu.Unlock()
+		}()
+		return next(c)
+	}
+}
+
+// authenticated is auth followed by the tenant's share of admission: the
+// middleware of every route that authenticates a tenant.
+func (a *Admission) authenticated(auth echo.MiddlewareFunc) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc { return auth(a.tenantShare(next)) }
 }

@@ -1,18 +1,25 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/internal/wire"
 )
@@ -84,7 +91,7 @@ func TestAdmissionShedsPastTheLimit(t *testing.T) {
 			}
 		}()
 	}
-	testkit.WaitFor(t, 5*time.Second, "two requests admitted", func() bool { return a.InFlight() == 2 && started.Load() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "two requests admitted", func() bool { return a.InFlight(PoolAPI) == 2 && started.Load() == 2 })
 
 	t0 := time.Now()
 	resp, p := post(t, srv.URL)
@@ -124,7 +131,7 @@ func TestAdmissionShedsPastTheLimit(t *testing.T) {
 	if resp, _ := post(t, srv.URL); resp == nil || resp.StatusCode != http.StatusCreated {
 		t.Errorf("after the slots freed = %d, want 201", resp.StatusCode)
 	}
-	if n := a.InFlight(); n != 0 {
+	if n := a.InFlight(PoolAPI); n != 0 {
 		t.Errorf("in flight after all answered = %d, want 0", n)
 	}
 }
@@ -150,7 +157,7 @@ func TestAdmissionWaitsForAFreedSlot(t *testing.T) {
 	}()
 	// The second request is at the gate (not in its handler) until the
 	// first one ends.
-	testkit.WaitFor(t, 5*time.Second, "the second request waiting", func() bool { return len(a.slots) == 1 && started.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the second request waiting", func() bool { return len(a.api.slots) == 1 && started.Load() == 1 })
 	close(release)
 	if c := <-first; c != http.StatusCreated {
 		t.Errorf("first = %d, want 201", c)
@@ -165,7 +172,7 @@ func TestAdmissionWaitsForAFreedSlot(t *testing.T) {
 func TestAdmissionClientGoneWhileWaiting(t *testing.T) {
 	t.Parallel()
 	a := NewAdmission(1, time.Minute)
-	a.slots <- struct{}{} // full
+	a.api.slots <- struct{}{} // full
 	e := echo.New()
 	var ran atomic.Bool
 	h := a.middleware(func(echo.Context) error { ran.Store(true); return nil })
@@ -195,5 +202,197 @@ func TestAdmittedRoutes(t *testing.T) {
 		if got := admitted(route); got != want {
 			t.Errorf("admitted(%q) = %t, want %t", route, got, want)
 		}
+	}
+}
+
+// workServer serves POST /v1/work and /webhooks/work, which block until
+// release is closed, behind a, on a loopback port; /v1/work authenticates
+// the tenant named by X-Tenant (a UUID) and holds it to its share. before
+// runs ahead of admission.
+func workServer(t *testing.T, a *Admission, release <-chan struct{}, before echo.MiddlewareFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var started atomic.Int64
+	e := echo.New()
+	e.HideBanner = true
+	e.HTTPErrorHandler = ErrorHandler(testkit.Logger(t))
+	if before != nil {
+		e.Use(before)
+	}
+	e.Use(a.middleware)
+	work := func(c echo.Context) error {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-c.Request().Context().Done():
+		}
+		return wire.JSON(c, http.StatusCreated, map[string]string{"status": "done"})
+	}
+	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id, err := uuid.Parse(c.Request().Header.Get("X-Tenant"))
+			if err != nil {
+				return problem.New(problem.Unauthorized, "no tenant")
+			}
+			tenants.Put(c, tenants.Tenant{ID: id})
+			return next(c)
+		}
+	}
+	e.POST("/v1/work", work, a.authenticated(auth))
+	e.POST("/webhooks/work", work)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv, &started
+}
+
+// send posts to path as tenant (none: uuid.Nil) and returns the status and
+// the problem's code, in the background.
+func send(t *testing.T, url string, tenant uuid.UUID) <-chan problem.Error {
+	out := make(chan problem.Error, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
+		if err != nil {
+			t.Error(err)
+			out <- problem.Error{}
+			return
+		}
+		req.Header.Set("X-Tenant", tenant.String())
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Errorf("POST %s: %v", url, err)
+			out <- problem.Error{}
+			return
+		}
+		defer resp.Body.Close()
+		var p struct {
+			Code problem.Code `json:"code"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		out <- problem.Error{Code: p.Code, Detail: strconv.Itoa(resp.StatusCode)}
+	}()
+	return out
+}
+
+// A body that comes slowly holds no slot: while one request's body is
+// still on its way, the only slot serves another request, and the slow one
+// is answered 408 once the body timeout has passed, without reaching its
+// handler.
+func TestAdmissionReadsTheBodyBeforeTakingASlot(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	close(release)
+	a := NewAdmission(1, 50*time.Millisecond, WithBodyReadTimeout(500*time.Millisecond))
+	entered := make(chan struct{}, 1)
+	srv, started := workServer(t, a, release, func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Request().Header.Get("X-Slow") != "" {
+				entered <- struct{}{}
+			}
+			return next(c)
+		}
+	})
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t0 := time.Now()
+	if _, err := io.WriteString(conn, "POST /webhooks/work HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\nContent-Length: 300\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request never reached admission")
+	}
+	for _, path := range []string{"/webhooks/work", "/webhooks/work"} {
+		if p := <-send(t, srv.URL+path, uuid.Nil); p.Detail != "201" {
+			t.Fatalf("a request while another's body is on its way = %s %q, want 201: the slow body holds the slot", p.Detail, p.Code)
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to the slow body: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("slow body = %d, want 408", res.StatusCode)
+	}
+	if d := time.Since(t0); d < 500*time.Millisecond || d > 5*time.Second {
+		t.Errorf("slow body answered after %s, want about the body timeout (500ms)", d)
+	}
+	if n := started.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2: the slow body must not reach it", n)
+	}
+}
+
+// The provider's deliveries and the tenants' API have a pool each: either
+// one full, the other still admits.
+func TestAdmissionPoolsAreSeparate(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	a := NewAdmission(1, 20*time.Millisecond, WithWebhookLimit(1))
+	srv, started := workServer(t, a, release, nil)
+	tenant := uuid.New()
+	api := send(t, srv.URL+"/v1/work", tenant)
+	testkit.WaitFor(t, 5*time.Second, "the API's only slot taken", func() bool { return started.Load() == 1 })
+	if p := <-send(t, srv.URL+"/v1/work", tenant); p.Code != problem.Overloaded {
+		t.Fatalf("second API request = %s %q, want 503 overloaded", p.Detail, p.Code)
+	}
+	hook := send(t, srv.URL+"/webhooks/work", uuid.Nil)
+	testkit.WaitFor(t, 5*time.Second, "the delivery admitted beside the full API pool", func() bool { return started.Load() == 2 })
+	if p := <-send(t, srv.URL+"/webhooks/work", uuid.Nil); p.Code != problem.Overloaded {
+		t.Fatalf("second delivery = %s %q, want 503 overloaded", p.Detail, p.Code)
+	}
+	if api, hooks := a.InFlight(PoolAPI), a.InFlight(PoolWebhooks); api != 1 || hooks != 1 {
+		t.Errorf("in flight = api %d, webhooks %d, want 1 and 1", api, hooks)
+	}
+	close(release)
+	for _, c := range []<-chan problem.Error{api, hook} {
+		if p := <-c; p.Detail != "201" {
+			t.Errorf("admitted request = %s, want 201", p.Detail)
+		}
+	}
+}
+
+// One tenant holds at most its share of the API's slots: its request past
+// the share is shed at once though slots are free, and another tenant is
+// still admitted.
+func TestAdmissionHoldsATenantToItsShare(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var shed atomic.Int64
+	a := NewAdmission(4, time.Minute, WithTenantShare(0.5), WithShedObserver(func(string) { shed.Add(1) }))
+	if n := a.TenantLimit(); n != 2 {
+		t.Fatalf("tenant limit = %d, want 2 (half of 4)", n)
+	}
+	srv, started := workServer(t, a, release, nil)
+	greedy, other := uuid.New(), uuid.New()
+	held := []<-chan problem.Error{send(t, srv.URL+"/v1/work", greedy), send(t, srv.URL+"/v1/work", greedy)}
+	testkit.WaitFor(t, 5*time.Second, "the greedy tenant's two requests admitted", func() bool { return started.Load() == 2 })
+
+	t0 := time.Now()
+	if p := <-send(t, srv.URL+"/v1/work", greedy); p.Code != problem.Overloaded || p.Detail != "503" {
+		t.Fatalf("the greedy tenant's third request = %s %q, want 503 overloaded", p.Detail, p.Code)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("shed after %s: a tenant past its share is shed at once, not after the admission wait (1m)", d)
+	}
+	if n := shed.Load(); n != 1 {
+		t.Errorf("shed observer saw %d, want 1", n)
+	}
+	held = append(held, send(t, srv.URL+"/v1/work", other))
+	testkit.WaitFor(t, 5*time.Second, "the other tenant admitted", func() bool { return started.Load() == 3 })
+	if n := a.InFlight(PoolAPI); n != 3 {
+		t.Errorf("in flight = %d, want 3: the shed request gave its slot back", n)
+	}
+	close(release)
+	for _, c := range held {
+		if p := <-c; p.Detail != "201" {
+			t.Errorf("admitted request = %s, want 201", p.Detail)
+		}
+	}
+	if p := <-send(t, srv.URL+"/v1/work", greedy); p.Detail != "201" {
+		t.Errorf("the greedy tenant after its requests ended = %s, want 201", p.Detail)
 	}
 }

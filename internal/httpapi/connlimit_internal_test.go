@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -47,14 +49,14 @@ func ownClient(t *testing.T) *http.Client {
 func (l *ConnLimiter) idleCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.idle)
+	return l.unfinished.Len() + l.idle.Len()
 }
 
 // At the limit the server accepts no further connection: the next one
 // waits in the kernel's queue, unanswered, and is served once a slot frees.
 func TestConnLimitHoldsConnectionsAtTheLimit(t *testing.T) {
 	t.Parallel()
-	l := NewConnLimiter(2)
+	l := NewConnLimiter(2, 0)
 	release := make(chan struct{})
 	srv, started := limitedServer(t, l, release)
 
@@ -111,7 +113,7 @@ func TestConnLimitHoldsConnectionsAtTheLimit(t *testing.T) {
 // gets its next answer (its transport reconnects).
 func TestConnLimitReclaimsIdleConnections(t *testing.T) {
 	t.Parallel()
-	l := NewConnLimiter(2)
+	l := NewConnLimiter(2, 0)
 	srv, _ := limitedServer(t, l, nil)
 
 	first, second := ownClient(t), ownClient(t)
@@ -144,6 +146,192 @@ func TestConnLimitReclaimsIdleConnections(t *testing.T) {
 	}
 }
 
+// Connections that never finish their headers, or whose request's body
+// does not come, do not hold the slots: at the limit the one that has
+// waited longest for its client is closed for a new client once it has
+// waited reclaimAfter, and not before.
+func TestConnLimitReclaimsConnectionsWaitingForTheirClient(t *testing.T) {
+	t.Parallel()
+	const reclaimAfter = 300 * time.Millisecond
+	l := NewConnLimiter(2, reclaimAfter)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			awaitingBody(r.Context(), true)
+			_, err := io.ReadAll(r.Body)
+			awaitingBody(r.Context(), false)
+			if err != nil {
+				return
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Listener = l.Listener(srv.Listener)
+	srv.Config.ConnState = l.ConnState
+	srv.Config.ConnContext = l.ConnContext
+	srv.Start()
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+
+	// One connection sends half a request line, the other a request
+	// whose body never comes.
+	var slow []net.Conn
+	for _, head := range []string{"GET /wo", "POST /work HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, c)
+	}
+	testkit.WaitFor(t, 10*time.Second, "both slow connections held, waiting for their client", func() bool {
+		return l.Open() == 2 && l.idleCount() == 2
+	})
+
+	t0 := time.Now()
+	resp, err := ownClient(t).Get(srv.URL + "/work")
+	if err != nil {
+		t.Fatalf("a new client while slow connections hold every slot: %v", err)
+	}
+	resp.Body.Close()
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the new client was served after %s, want about reclaimAfter (%s)", d, reclaimAfter)
+	}
+	if got := l.Reclaimed(); got != 1 {
+		t.Errorf("reclaimed = %d, want 1", got)
+	}
+	// The one closed is the one that waited longest: the first.
+	_ = slow[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := slow[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection without headers: read %v, want it closed", err)
+	}
+	// The next new client finds the other one waited long enough too.
+	resp, err = ownClient(t).Get(srv.URL + "/work")
+	if err != nil {
+		t.Fatalf("a second new client: %v", err)
+	}
+	resp.Body.Close()
+	if got := l.Reclaimed(); got < 2 {
+		t.Errorf("reclaimed = %d, want at least 2: the body that never came", got)
+	}
+	_ = slow[1].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := slow[1].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection without its body: read %v, want it closed", err)
+	}
+}
+
+// A connection younger than reclaimAfter keeps its slot: the client whose
+// request is on its way is not cut off, and the new one waits for it.
+func TestConnLimitKeepsConnectionsThatJustCame(t *testing.T) {
+	t.Parallel()
+	const reclaimAfter = time.Second
+	l := NewConnLimiter(1, reclaimAfter)
+	srv, _ := limitedServer(t, l, nil)
+	held, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	testkit.WaitFor(t, 10*time.Second, "the first connection held", func() bool { return l.Open() == 1 })
+	t0 := time.Now()
+	resp, err := ownClient(t).Get(srv.URL + "/work")
+	if err != nil {
+		t.Fatalf("a new client: %v", err)
+	}
+	resp.Body.Close()
+	if d := time.Since(t0); d < reclaimAfter-100*time.Millisecond {
+		t.Errorf("served after %s: the connection held was closed before it waited reclaimAfter (%s)", d, reclaimAfter)
+	}
+	if got := l.Reclaimed(); got != 1 {
+		t.Errorf("reclaimed = %d, want 1", got)
+	}
+}
+
+// While a connection holds a request unfinished, idle ones are left alone:
+// the idle connection of a client that finished a request keeps its slot
+// though it has waited longer, and the unfinished one is closed for the
+// new client.
+func TestConnLimitSparesIdleConnectionsWhileOthersHoldRequestsUnfinished(t *testing.T) {
+	t.Parallel()
+	l := NewConnLimiter(2, 200*time.Millisecond)
+	srv, _ := limitedServer(t, l, nil)
+	var dials atomic.Int64
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	kept := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	get := func(c *http.Client) {
+		t.Helper()
+		resp, err := c.Get(srv.URL + "/work")
+		if err != nil {
+			t.Fatalf("GET: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	get(kept)
+	testkit.WaitFor(t, 10*time.Second, "the kept connection idle", func() bool { return l.idleCount() == 1 })
+	silent, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	testkit.WaitFor(t, 10*time.Second, "the silent connection held", func() bool { return l.Open() == 2 && l.idleCount() == 2 })
+
+	get(ownClient(t))
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the silent connection: read %v, want it closed for the new client", err)
+	}
+	get(kept)
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the kept client dialled %d times, want 1: its idle connection was closed though another held a request unfinished", n)
+	}
+}
+
+// The reclaims are paced: at most a burst at once, then at limit per
+// reclaimAfter, and never faster than maxReclaimRate.
+func TestConnLimitPacesReclaims(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		limit        int
+		reclaimAfter time.Duration
+		rate         float64 // per second
+	}{
+		{4096, 500 * time.Millisecond, maxReclaimRate},
+		{8, 200 * time.Millisecond, 40},
+	} {
+		l := NewConnLimiter(tc.limit, tc.reclaimAfter)
+		t0 := time.Now()
+		burst := 0
+		for l.pace(t0) == 0 {
+			l.allowance--
+			burst++
+		}
+		if want := max(int(tc.rate*reclaimBurst.Seconds()), 1); burst != want {
+			t.Errorf("limit %d: %d reclaims at once, want %d", tc.limit, burst, want)
+		}
+		wait := l.pace(t0)
+		if want := time.Duration(float64(time.Second) / tc.rate); wait <= 0 || wait > want {
+			t.Errorf("limit %d: next reclaim in %s, want within %s", tc.limit, wait, want)
+		}
+		second := 0
+		for at := t0; at.Before(t0.Add(time.Second)); at = at.Add(time.Millisecond) {
+			if l.pace(at) == 0 {
+				l.allowance--
+				second++
+			}
+		}
+		if second > int(tc.rate)+1 {
+			t.Errorf("limit %d: %d reclaims in the second after the burst, want at most %.0f", tc.limit, second, tc.rate)
+		}
+	}
+}
+
 // Closing the listener ends an Accept that waits for a slot.
 func TestConnLimitCloseEndsAWaitingAccept(t *testing.T) {
 	t.Parallel()
@@ -151,7 +339,7 @@ func TestConnLimitCloseEndsAWaitingAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := NewConnLimiter(1)
+	l := NewConnLimiter(1, 0)
 	ln := l.Listener(inner)
 	client, err := net.Dial("tcp", inner.Addr().String())
 	if err != nil {

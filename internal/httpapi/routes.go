@@ -110,7 +110,8 @@ func WithRequestObserver(fn func(method, route string, status int, d time.Durati
 }
 
 // WithAdmission bounds the requests worked on at once with a (default:
-// NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait)).
+// NewAdmission(DefaultMaxInFlight, DefaultAdmissionWait) and the other
+// defaults of admission).
 func WithAdmission(a *Admission) Option {
 	return func(o *options) {
 		if a != nil {
@@ -153,12 +154,13 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		requestDeadline(o.requestTimeout),
 		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
-		// Past capacity, shed at once, before the key check and the body
-		// (admission.go); inside the logger, so a shed request is logged
-		// and counted like any other.
+		// Read the body, then past capacity shed at once, before the key
+		// check (admission.go); inside the logger, so a shed request is
+		// logged and counted like any other.
 		o.admission.middleware,
 	)
-	// Request bodies are bounded where they are read: wire.ReadBody.
+	// Request bodies are bounded where they are read: wire.ReadBody, first
+	// by admission, then from memory by the handler.
 
 	e.GET("/healthz", healthz)
 	e.GET("/readyz", readyz(pool))
@@ -168,8 +170,9 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	e.POST("/webhooks/psp", receiver.Handle)
 
 	// Authentication is attached per route, not to the group: echo turns
-	// group middleware into catch-all routes, which would hide 405s.
-	auth := tenants.Middleware(tenantSvc)
+	// group middleware into catch-all routes, which would hide 405s. Once a
+	// request's tenant is known, admission holds it to the tenant's share.
+	auth := o.admission.authenticated(tenants.Middleware(tenantSvc))
 	v1 := e.Group("/v1")
 	v1.GET("/products", orderAPI.Products, auth)
 	v1.POST("/orders", orderAPI.Create, auth)

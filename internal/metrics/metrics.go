@@ -83,7 +83,7 @@ func New() *Metrics {
 		}, []string{"subscriber", "result"}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_http_shed_total",
-			Help: "Requests answered 503 overloaded because MaxInFlight requests were being worked on and no slot freed within AdmissionWait (oncepay_http_request_duration_seconds has them by route).",
+			Help: "Requests answered 503 overloaded because their pool's slots were all taken and none freed within AdmissionWait, or because their tenant held its share (TenantShare) of them (oncepay_http_request_duration_seconds has them by route).",
 		}),
 		adminAuth: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_admin_auth_failures_total",
@@ -169,30 +169,36 @@ func (m *Metrics) Shed(string) { m.shed.Inc() }
 // endpoints by its result (httpapi.AdminAuthResults).
 func (m *Metrics) AdminAuthFailure(result string) { m.adminAuth.WithLabelValues(result).Inc() }
 
-// WatchAdmission exports the requests in flight (inFlight, read at each
+// WatchAdmission exports, per pool of admission slots (the keys of
+// limits, the pool label), the requests in flight (inFlight, read at each
 // scrape) and the limit they are held to.
-func (m *Metrics) WatchAdmission(inFlight func() int64, limit int) {
-	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "oncepay_http_requests_in_flight_limit",
-		Help: "MaxInFlight (tuning): the requests admitted at once; more wait up to AdmissionWait, then get 503 overloaded.",
-	})
-	limitGauge.Set(float64(limit))
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "oncepay_http_requests_in_flight",
-			Help: "Requests of /v1, /webhooks and /demo being worked on now (at most oncepay_http_requests_in_flight_limit).",
-		}, func() float64 { return float64(inFlight()) }),
-		limitGauge,
-	)
+func (m *Metrics) WatchAdmission(inFlight func(pool string) int64, limits map[string]int) {
+	for pool, limit := range limits {
+		labels := prometheus.Labels{"pool": pool}
+		limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "oncepay_http_requests_in_flight_limit",
+			Help:        "The requests of a pool admitted at once (tuning: MaxInFlight for the api pool, WebhookMaxInFlight for webhooks); more wait up to AdmissionWait, then get 503 overloaded.",
+			ConstLabels: labels,
+		})
+		limitGauge.Set(float64(limit))
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "oncepay_http_requests_in_flight",
+				Help:        "Requests being worked on now, by pool: api (/v1, /demo) and webhooks (/webhooks); at most oncepay_http_requests_in_flight_limit.",
+				ConstLabels: labels,
+			}, func() float64 { return float64(inFlight(pool)) }),
+			limitGauge,
+		)
+	}
 }
 
 // WatchConnections exports the connections the server holds open (open,
-// read at each scrape), MaxConnections, and the idle keep-alive
-// connections closed to make room for new ones (reclaimed).
+// read at each scrape), MaxConnections, and the connections closed while
+// they waited for their client, to make room for new ones (reclaimed).
 func (m *Metrics) WatchConnections(open func() int64, limit int, reclaimed func() int64) {
 	limitGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "oncepay_http_connections_limit",
-		Help: "MaxConnections (tuning): the connections held open at once; past it new ones wait in the kernel's accept queue and the longest idle one is closed to make room.",
+		Help: "MaxConnections (tuning): the connections held open at once; past it new ones wait in the kernel's accept queue, and the one that has waited longest for its client, at least ReclaimAfter, is closed to make room.",
 	})
 	limitGauge.Set(float64(limit))
 	m.reg.MustRegister(
@@ -203,7 +209,7 @@ func (m *Metrics) WatchConnections(open func() int64, limit int, reclaimed func(
 		limitGauge,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "oncepay_http_connections_reclaimed_total",
-			Help: "Idle keep-alive connections closed because every connection slot was taken when a new client connected.",
+			Help: "Connections closed while they waited for their client (idle, without complete headers, or without a request's whole body) because every connection slot was taken when a new client connected.",
 		}, func() float64 { return float64(reclaimed()) }),
 	)
 }

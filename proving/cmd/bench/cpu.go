@@ -144,3 +144,11 @@ func alive(pid int) bool {
 	st, err := readStat(strconv.Itoa(pid))
 	return err == nil && st.state != 'Z' && st.state != 'X'
 }
+
+// seconds formats a CPU time in seconds; "-" when unknown.
+func seconds(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}

@@ -131,11 +131,15 @@ type config struct {
 	keepPace float64
 	// overload > 0 offers that multiple of the measured create throughput,
 	// open loop, for overloadFor; soak > 0 offers soakFraction of it for
-	// soak. Either replaces the scenarios (overload.go).
+	// soak; attack > 0 offers soakFraction of it for attack alone and as
+	// long again beside slow clients using attackKey's tenant. Any of them
+	// replaces the scenarios (overload.go, attack.go).
 	overload     float64
 	overloadFor  time.Duration
 	soak         time.Duration
 	soakFraction float64
+	attack       time.Duration
+	attackKey    string
 	verifyKeys   int
 	// pspURL and pspKey reach the simulator's admin API, which the
 	// payment scenarios set pspLatencies with.
@@ -190,6 +194,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.overloadFor, "overload-duration", time.Minute, "how long --overload offers its load")
 	fs.DurationVar(&c.soak, "soak", 0, "instead of the scenarios (after --overload if given): offer --soak-fraction of the measured create throughput open loop for this long (e.g. 30m)")
 	fs.Float64Var(&c.soakFraction, "soak-fraction", 0.5, "share of the measured create throughput a --soak offers")
+	fs.DurationVar(&c.attack, "attack", 0, "instead of the scenarios (after --overload, before --soak): offer --soak-fraction of the measured create throughput open loop for this long, then as long again beside slow clients: slow bodies, and connections without complete headers past the API's connection limit (loopback only)")
+	fs.StringVar(&c.attackKey, "attack-key", "sk_test_globex", "API key of the tenant the --attack's slow bodies to /v1 use (another tenant than --api-key's)")
 	fs.IntVar(&c.verifyKeys, "verify-keys", 1000, "after --overload, repeat up to this many created and this many shed keys to check exactly once")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -258,10 +264,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--overload must be 0 or a multiple of at least 1")
 	case c.soak < 0:
 		return config{}, errors.New("--soak must not be negative")
+	case c.attack < 0:
+		return config{}, errors.New("--attack must not be negative")
 	case c.soakFraction <= 0 || c.soakFraction > 1:
 		return config{}, errors.New("--soak-fraction must be in (0, 1]")
-	case (c.overload > 0 || c.soak > 0) && c.sweepRecords > 0:
-		return config{}, errors.New("--overload and --soak do not combine with --sweep-records")
+	case c.openLoop() && c.sweepRecords > 0:
+		return config{}, errors.New("--overload, --soak and --attack do not combine with --sweep-records")
 	case c.growRecords < 0, c.growRecords > 0 && c.growRecords < 10:
 		return config{}, errors.New("--grow-records must be 0 or at least 10")
 	case c.growRecords > 0 && c.databaseURL == "":
@@ -270,17 +278,17 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--keep-pace must not be negative")
 	case c.keepPace > 0 && (c.databaseURL == "" || c.load.requests > 0):
 		return config{}, errors.New("--keep-pace needs --database-url or DATABASE_URL, and measures for --duration (not --requests)")
-	case c.keepPace > 0 && (c.sweepRecords > 0 || c.growRecords > 0 || c.overload > 0 || c.soak > 0):
-		return config{}, errors.New("--keep-pace does not combine with --sweep-records, --grow-records, --overload or --soak")
-	case c.growRecords > 0 && (c.sweepRecords > 0 || c.overload > 0 || c.soak > 0):
-		return config{}, errors.New("--grow-records does not combine with --sweep-records, --overload or --soak")
-	case (c.overload > 0 || c.soak > 0) && c.load.requests > 0:
-		return config{}, errors.New("--overload and --soak measure capacity for --duration: drop --requests")
+	case c.keepPace > 0 && (c.sweepRecords > 0 || c.growRecords > 0 || c.openLoop()):
+		return config{}, errors.New("--keep-pace does not combine with --sweep-records, --grow-records, --overload, --soak or --attack")
+	case c.growRecords > 0 && (c.sweepRecords > 0 || c.openLoop()):
+		return config{}, errors.New("--grow-records does not combine with --sweep-records, --overload, --soak or --attack")
+	case c.openLoop() && c.load.requests > 0:
+		return config{}, errors.New("--overload, --soak and --attack measure capacity for --duration: drop --requests")
 	}
 	if c.sweepRecords > 0 {
 		c.scenarios = []string{scenarioCreate, scenarioCreateSweeping}
 	}
-	if c.overload > 0 || c.soak > 0 {
+	if c.openLoop() {
 		c.scenarios = []string{scenarioCreate}
 	}
 	if c.growRecords > 0 {
@@ -291,6 +299,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	}
 	return c, nil
 }
+
+// openLoop reports whether the open-loop phases replace the scenarios.
+func (c config) openLoop() bool { return c.overload > 0 || c.soak > 0 || c.attack > 0 }
 
 // needs reports whether any of scenarios is to run.
 func (c config) needs(scenarios ...string) bool {
@@ -329,7 +340,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	atReady := peakRSS(cfg.apiPID)
 	maxClients := slices.Max(cfg.clients)
 	idle := 2 * maxClients
-	if cfg.overload > 0 || cfg.soak > 0 || cfg.keepPace > 0 {
+	if cfg.openLoop() || cfg.keepPace > 0 {
 		idle = 1024 // open loop: as many connections as requests at once
 	}
 	api, err := newAPIClient(cfg.api, cfg.apiKey, idle)
@@ -444,7 +455,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return probe
 	}
-	if cfg.overload > 0 || cfg.soak > 0 {
+	if cfg.openLoop() {
 		return runOpenLoops(ctx, cfg, api, probe, stdout)
 	}
 	var errs errorLog

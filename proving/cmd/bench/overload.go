@@ -55,6 +55,7 @@ type sample struct {
 	shed       float64
 	connsOpen  float64
 	connsLimit float64
+	reclaimed  float64
 }
 
 // openLoopResult is what one phase measured.
@@ -63,6 +64,7 @@ type openLoopResult struct {
 	attempts []attempt
 	samples  []sample
 	elapsed  time.Duration
+	cpu      cpuSample // used during the phase, when measured (zero: not)
 }
 
 // runOpenLoop offers cfg.rate requests per second for cfg.duration, each a
@@ -178,19 +180,23 @@ func scrapeAPI(ctx context.Context, hc *http.Client, base string) (sample, error
 		if err != nil {
 			continue
 		}
+		if strings.HasPrefix(name, "oncepay_http_requests_in_flight{") { // one series per pool
+			s.inFlight += v
+			continue
+		}
 		switch name {
 		case "go_goroutines":
 			s.goroutines = v
 		case "process_resident_memory_bytes":
 			s.rssMiB = v / (1 << 20)
-		case "oncepay_http_requests_in_flight":
-			s.inFlight = v
 		case "oncepay_http_shed_total":
 			s.shed = v
 		case "oncepay_http_connections_open":
 			s.connsOpen = v
 		case "oncepay_http_connections_limit":
 			s.connsLimit = v
+		case "oncepay_http_connections_reclaimed_total":
+			s.reclaimed = v
 		}
 	}
 	return s, sc.Err()
@@ -262,8 +268,11 @@ func (r openLoopResult) print(w io.Writer) {
 		_, ih := g(func(s sample) float64 { return s.inFlight })
 		_, ch := g(func(s sample) float64 { return s.connsOpen })
 		_, cl := g(func(s sample) float64 { return s.connsLimit })
-		fmt.Fprintf(w, "  API (%d samples every %s): goroutines %.0f..%.0f, RSS %.1f..%.1f MiB, in flight max %.0f, connections max %.0f of %.0f\n",
-			len(r.samples), r.cfg.window, gl, gh, rl, rh, ih, ch, cl)
+		if r.cpu != (cpuSample{}) {
+			fmt.Fprintf(w, "  CPU time: this generator %s, the API %s, PostgreSQL %s\n", seconds(r.cpu.bench), seconds(r.cpu.api), seconds(r.cpu.pg))
+		}
+		fmt.Fprintf(w, "  API (%d samples every %s): goroutines %.0f..%.0f, RSS %.1f..%.1f MiB, in flight max %.0f, connections max %.0f of %.0f, %.0f reclaimed\n",
+			len(r.samples), r.cfg.window, gl, gh, rl, rh, ih, ch, cl, r.samples[len(r.samples)-1].reclaimed-r.samples[0].reclaimed)
 	}
 }
 
@@ -471,6 +480,21 @@ func runOpenLoops(ctx context.Context, cfg config, api *apiClient, probe cpuProb
 		}
 		fmt.Fprintln(stdout)
 		if err := judge(overloadTargets(r, len(violations), checked)); err != nil {
+			return err
+		}
+	}
+	if cfg.attack > 0 {
+		alone, attacked, kinds, err := runAttack(ctx, cfg, api, cfg.soakFraction*c, probe, stdout)
+		if err != nil {
+			return err
+		}
+		alone.print(stdout)
+		attacked.print(stdout)
+		for _, k := range kinds {
+			fmt.Fprintln(stdout, "  attacker: "+k.summary())
+		}
+		fmt.Fprintln(stdout)
+		if err := judge(attackTargets(alone, attacked)); err != nil {
 			return err
 		}
 	}
