@@ -60,9 +60,11 @@ type Tuning struct {
 	// tenants nor the provider (nor anyone posting to the webhook URL) can
 	// take the other's slots.
 	WebhookMaxInFlight int
-	// TenantShare is the share of MaxInFlight one tenant holds at most (at
-	// least one slot; more than 0, at most 1: 1 lets one tenant take every
-	// slot). A tenant's request past it is shed at once with 503 overloaded.
+	// TenantShare is the share of MaxInFlight one tenant holds at most while
+	// another tenant has a request in flight (at least one slot; more than
+	// 0, at most 1: 1 lets one tenant take every slot); alone, a tenant may
+	// hold all but a twentieth, kept for another tenant's first request. A
+	// tenant's request past its limit is shed at once with 503 overloaded.
 	TenantShare float64
 	// AdmissionWait is how long a request that finds its pool full
 	// (MaxInFlight, WebhookMaxInFlight) waits for a slot (0: it is shed at

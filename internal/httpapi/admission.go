@@ -23,7 +23,7 @@ import (
 // DefaultWebhookMaxInFlight is a quarter of that: a delivery is a signature
 // check and one insert, and a provider delivers a few at a time (the
 // simulator one at a time). DefaultTenantShare leaves a quarter of
-// MaxInFlight to the other tenants when one takes all it may.
+// MaxInFlight to the other tenants while they have requests in flight.
 // DefaultBodyReadTimeout lets a body of the largest size (64 KiB) come at
 // 32 KiB/s; the bodies of the API are a few hundred bytes and come with
 // their headers.
@@ -75,10 +75,14 @@ func admitted(route string) bool { return poolOf(route) != "" }
 //     provider's deliveries (/webhooks, which anyone can call: the signature
 //     is checked by the handler) WebhookMaxInFlight of their own, so neither
 //     can drain the other.
-//   - A share per tenant. One tenant holds at most TenantShare of the API's
-//     slots at once (at least one); its request past that is shed at once,
-//     once its key is checked, and gives its slot back: waiting would hold a
-//     slot the other tenants may need.
+//   - A share per tenant. While another tenant has a request in flight, one
+//     tenant holds at most TenantShare of the API's slots at once (at least
+//     one); alone, it may hold all but a few (loneReserve), kept free for
+//     the first request of another tenant, which then brings the share into
+//     force. A request past its tenant's limit is shed at once, once its key
+//     is checked, and gives its slot back: waiting would hold a slot the
+//     other tenants may need. A deployment with one tenant so loses almost
+//     no capacity to the rule.
 //
 // A request that finds its pool full waits at most wait for a slot and is
 // then answered 503 overloaded with Retry-After, before its key is checked
@@ -91,12 +95,14 @@ func admitted(route string) bool { return poolOf(route) != "" }
 // limit/throughput.
 type Admission struct {
 	api, webhooks *slotPool
-	tenantLimit   int
-	wait          time.Duration
-	bodyTimeout   time.Duration
-	onShed        func(route string)
-	mu            sync.Mutex
-	byTenant      map[uuid.UUID]int // the API's slots each tenant holds
+	// tenantLimit is a tenant's share of the API's slots while another
+	// tenant has one; loneLimit what it may hold alone.
+	tenantLimit, loneLimit int
+	wait                   time.Duration
+	bodyTimeout            time.Duration
+	onShed                 func(route string)
+	mu                     sync.Mutex
+	byTenant               map[uuid.UUID]int // the API's slots each tenant holds
 }
 
 // slotPool is one pool of admission slots.
@@ -134,6 +140,7 @@ func WithTenantShare(share float64) AdmissionOption {
 	return func(a *Admission) {
 		if share > 0 && share <= 1 {
 			a.tenantLimit = tenantLimit(cap(a.api.slots), share)
+			a.loneLimit = max(loneLimit(cap(a.api.slots)), a.tenantLimit)
 		}
 	}
 }
@@ -153,6 +160,15 @@ func tenantLimit(limit int, share float64) int {
 	return max(int(float64(limit)*share), 1)
 }
 
+// loneLimit is what one tenant may hold of limit slots while no other
+// tenant holds any: all but loneReserve of them.
+func loneLimit(limit int) int { return max(limit-loneReserve(limit), 1) }
+
+// loneReserve is how many of limit slots a lone tenant leaves free: a
+// twentieth, at least one, so that another tenant's first request finds a
+// slot at once (2 of the default 40).
+func loneReserve(limit int) int { return max(limit/20, 1) }
+
 // NewAdmission admits limit requests of the tenants' API at once (at least
 // 1); one past the limit waits up to wait for a slot (0: not at all).
 func NewAdmission(limit int, wait time.Duration, opts ...AdmissionOption) *Admission {
@@ -160,6 +176,7 @@ func NewAdmission(limit int, wait time.Duration, opts ...AdmissionOption) *Admis
 		api:         newSlotPool(limit),
 		webhooks:    newSlotPool(DefaultWebhookMaxInFlight),
 		tenantLimit: tenantLimit(max(limit, 1), DefaultTenantShare),
+		loneLimit:   max(loneLimit(max(limit, 1)), tenantLimit(max(limit, 1), DefaultTenantShare)),
 		wait:        max(wait, 0),
 		bodyTimeout: DefaultBodyReadTimeout,
 		onShed:      func(string) {},
@@ -178,8 +195,12 @@ func (a *Admission) InFlight(pool string) int64 { return a.pool(pool).inFlight.L
 // Limit is the number of requests of pool admitted at once.
 func (a *Admission) Limit(pool string) int { return cap(a.pool(pool).slots) }
 
-// TenantLimit is the number of the API's slots one tenant holds at most.
+// TenantLimit is the number of the API's slots one tenant holds at most
+// while another tenant holds some; LoneLimit while none does.
 func (a *Admission) TenantLimit() int { return a.tenantLimit }
+
+// LoneLimit: see TenantLimit.
+func (a *Admission) LoneLimit() int { return a.loneLimit }
 
 func (a *Admission) pool(name string) *slotPool {
 	if name == PoolWebhooks {
@@ -232,15 +253,20 @@ func (a *Admission) await(c echo.Context, p *slotPool, route string) error {
 }
 
 // tenantShare runs after the key check (tenants.Middleware), inside the
-// slot the request already holds: a tenant that holds its share of the
-// API's slots has its further requests shed at once, and the slot they
+// slot the request already holds: a tenant that holds its limit of the
+// API's slots (its share while another tenant holds some, all but the
+// reserve alone) has its further requests shed at once, and the slot they
 // took goes back to the others.
 func (a *Admission) tenantShare(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := tenants.FromContext(c).ID
 		a.mu.Lock()
 		held := a.byTenant[id]
-		if held >= a.tenantLimit {
+		limit := a.tenantLimit
+		if others := len(a.byTenant) - min(held, 1); others == 0 {
+			limit = a.loneLimit
+		}
+		if held >= limit {
 			a.mu.Unlock()
 			a.onShed(c.Path())
 			return &problem.Error{Code: problem.Overloaded, Detail: "Your requests in progress hold your share of the service's capacity; this one was not started. Nothing was done: retry after Retry-After, with the same Idempotency-Key.", RetryAfter: time.Second}

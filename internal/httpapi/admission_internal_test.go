@@ -355,44 +355,78 @@ func TestAdmissionPoolsAreSeparate(t *testing.T) {
 	}
 }
 
-// One tenant holds at most its share of the API's slots: its request past
-// the share is shed at once though slots are free, and another tenant is
-// still admitted.
+// One tenant holds at most its share of the API's slots while another
+// tenant holds some, and alone all but a reserve that another tenant's
+// first request finds free: its request past its limit is shed at once
+// though slots are free, and the other tenant is still admitted.
 func TestAdmissionHoldsATenantToItsShare(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	var shed atomic.Int64
-	a := NewAdmission(4, time.Minute, WithTenantShare(0.5), WithShedObserver(func(string) { shed.Add(1) }))
-	if n := a.TenantLimit(); n != 2 {
-		t.Fatalf("tenant limit = %d, want 2 (half of 4)", n)
+	setup := func(t *testing.T) (*Admission, string, *atomic.Int64, *atomic.Int64, chan struct{}) {
+		release := make(chan struct{})
+		var shed atomic.Int64
+		a := NewAdmission(8, time.Minute, WithTenantShare(0.5), WithShedObserver(func(string) { shed.Add(1) }))
+		srv, started := workServer(t, a, release, nil)
+		return a, srv.URL + "/v1/work", started, &shed, release
 	}
-	srv, started := workServer(t, a, release, nil)
-	greedy, other := uuid.New(), uuid.New()
-	held := []<-chan problem.Error{send(t, srv.URL+"/v1/work", greedy), send(t, srv.URL+"/v1/work", greedy)}
-	testkit.WaitFor(t, 5*time.Second, "the greedy tenant's two requests admitted", func() bool { return started.Load() == 2 })
-
-	t0 := time.Now()
-	if p := <-send(t, srv.URL+"/v1/work", greedy); p.Code != problem.Overloaded || p.Detail != "503" {
-		t.Fatalf("the greedy tenant's third request = %s %q, want 503 overloaded", p.Detail, p.Code)
-	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("shed after %s: a tenant past its share is shed at once, not after the admission wait (1m)", d)
-	}
-	if n := shed.Load(); n != 1 {
-		t.Errorf("shed observer saw %d, want 1", n)
-	}
-	held = append(held, send(t, srv.URL+"/v1/work", other))
-	testkit.WaitFor(t, 5*time.Second, "the other tenant admitted", func() bool { return started.Load() == 3 })
-	if n := a.InFlight(PoolAPI); n != 3 {
-		t.Errorf("in flight = %d, want 3: the shed request gave its slot back", n)
-	}
-	close(release)
-	for _, c := range held {
-		if p := <-c; p.Detail != "201" {
-			t.Errorf("admitted request = %s, want 201", p.Detail)
+	shedAtOnce := func(t *testing.T, url string, tenant uuid.UUID, why string) {
+		t.Helper()
+		t0 := time.Now()
+		if p := <-send(t, url, tenant); p.Code != problem.Overloaded || p.Detail != "503" {
+			t.Fatalf("%s: %s %q, want 503 overloaded", why, p.Detail, p.Code)
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("shed after %s: a tenant past its limit is shed at once, not after the admission wait (1m)", d)
 		}
 	}
-	if p := <-send(t, srv.URL+"/v1/work", greedy); p.Detail != "201" {
-		t.Errorf("the greedy tenant after its requests ended = %s, want 201", p.Detail)
+	finish := func(t *testing.T, release chan struct{}, held []<-chan problem.Error) {
+		t.Helper()
+		close(release)
+		for _, c := range held {
+			if p := <-c; p.Detail != "201" {
+				t.Errorf("admitted request = %s, want 201", p.Detail)
+			}
+		}
 	}
+	t.Run("beside another tenant, its share", func(t *testing.T) {
+		t.Parallel()
+		a, url, started, shed, release := setup(t)
+		if n := a.TenantLimit(); n != 4 {
+			t.Fatalf("tenant limit = %d, want 4 (half of 8)", n)
+		}
+		greedy, other := uuid.New(), uuid.New()
+		held := []<-chan problem.Error{send(t, url, other)}
+		testkit.WaitFor(t, 5*time.Second, "the other tenant admitted", func() bool { return started.Load() == 1 })
+		for range 4 {
+			held = append(held, send(t, url, greedy))
+		}
+		testkit.WaitFor(t, 5*time.Second, "the greedy tenant's share admitted", func() bool { return started.Load() == 5 })
+		shedAtOnce(t, url, greedy, "the greedy tenant's fifth request, 3 slots free")
+		if n := shed.Load(); n != 1 {
+			t.Errorf("shed observer saw %d, want 1", n)
+		}
+		if n := a.InFlight(PoolAPI); n != 5 {
+			t.Errorf("in flight = %d, want 5: the shed request gave its slot back", n)
+		}
+		finish(t, release, held)
+	})
+	t.Run("alone, all but the reserve", func(t *testing.T) {
+		t.Parallel()
+		a, url, started, _, release := setup(t)
+		if n := a.LoneLimit(); n != 7 {
+			t.Fatalf("lone limit = %d, want 7 (all of 8 but one)", n)
+		}
+		greedy, other := uuid.New(), uuid.New()
+		var held []<-chan problem.Error
+		for range 7 {
+			held = append(held, send(t, url, greedy))
+		}
+		testkit.WaitFor(t, 5*time.Second, "the lone tenant's seven requests admitted", func() bool { return started.Load() == 7 })
+		shedAtOnce(t, url, greedy, "the lone tenant's eighth request: the last slot is kept for another tenant")
+		held = append(held, send(t, url, other))
+		testkit.WaitFor(t, 5*time.Second, "the other tenant admitted in the kept slot", func() bool { return started.Load() == 8 })
+		finish(t, release, held)
+		if p := <-send(t, url, greedy); p.Detail != "201" {
+			t.Errorf("the greedy tenant after its requests ended = %s, want 201", p.Detail)
+		}
+	})
 }
