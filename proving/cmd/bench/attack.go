@@ -21,9 +21,12 @@ import (
 //     as many to POST /v1/orders with another tenant's key, each sending its
 //     headers and then its body (a few hundred bytes, by its Content-Length)
 //     at one byte a second;
-//   - headerlessOver connections more than the API's connection limit
-//     (oncepay_http_connections_limit) that send part of a request line and
-//     then nothing.
+//   - --attack-headerless connections (default 400, the probe's) that send
+//     part of a request line and then nothing; at the default connection
+//     limit (oncepay_http_connections_limit, 4,096) they stay below it, as
+//     the probe's did, and a negative count takes them that far past the
+//     limit, where the service reclaims them to make room (the same at a
+//     small limit is internal/app TestHeaderlessConnectionsAreReclaimed).
 //
 // Each reconnects as soon as the server answers or closes it, for as long
 // as the phase lasts. The well-behaved client must keep its answers and its
@@ -34,7 +37,6 @@ import (
 const (
 	slowBodies        = 45
 	slowBodyBytes     = 300
-	headerlessOver    = 400
 	minAttackSuccess  = 0.95
 	maxAttackSlowdown = 2.0
 )
@@ -191,7 +193,11 @@ func runAttack(ctx context.Context, cfg config, api *apiClient, rate float64, pr
 	} {
 		kinds = append(kinds, &attackers{name: k.name, n: slowBodies, head: slowBodyHead(k.path, k.key), trickle: time.Second})
 	}
-	kinds = append(kinds, &attackers{name: "connections without complete headers", n: int(before.connsLimit) + headerlessOver,
+	headerless := cfg.attackHeaderless
+	if headerless < 0 {
+		headerless = int(before.connsLimit) - headerless
+	}
+	kinds = append(kinds, &attackers{name: "connections without complete headers", n: headerless,
 		head: "POST /v1/orders HTTP/1.1\r\nHost: oncepay\r\n"})
 
 	attackCtx, stop := context.WithCancel(ctx)

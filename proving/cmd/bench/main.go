@@ -140,7 +140,11 @@ type config struct {
 	soakFraction float64
 	attack       time.Duration
 	attackKey    string
-	verifyKeys   int
+	// attackHeaderless is how many connections without complete headers
+	// the attack opens; past the API's connection limit when negative (the
+	// limit plus its absolute value).
+	attackHeaderless int
+	verifyKeys       int
 	// pspURL and pspKey reach the simulator's admin API, which the
 	// payment scenarios set pspLatencies with.
 	pspURL, pspKey string
@@ -194,8 +198,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.overloadFor, "overload-duration", time.Minute, "how long --overload offers its load")
 	fs.DurationVar(&c.soak, "soak", 0, "instead of the scenarios (after --overload if given): offer --soak-fraction of the measured create throughput open loop for this long (e.g. 30m)")
 	fs.Float64Var(&c.soakFraction, "soak-fraction", 0.5, "share of the measured create throughput a --soak offers")
-	fs.DurationVar(&c.attack, "attack", 0, "instead of the scenarios (after --overload, before --soak): offer --soak-fraction of the measured create throughput open loop for this long, then as long again beside slow clients: slow bodies, and connections without complete headers past the API's connection limit (loopback only)")
+	fs.DurationVar(&c.attack, "attack", 0, "instead of the scenarios (after --overload, before --soak): offer --soak-fraction of the measured create throughput open loop for this long, then as long again beside slow clients: slow bodies, and connections without complete headers (--attack-headerless; loopback only)")
 	fs.StringVar(&c.attackKey, "attack-key", "sk_test_globex", "API key of the tenant the --attack's slow bodies to /v1 use (another tenant than --api-key's)")
+	fs.IntVar(&c.attackHeaderless, "attack-headerless", 400, "connections without complete headers the --attack opens (the probe's 400); negative: that many more than the API's connection limit (e.g. -400), the connection flood past the limit")
 	fs.IntVar(&c.verifyKeys, "verify-keys", 1000, "after --overload, repeat up to this many created and this many shed keys to check exactly once")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
