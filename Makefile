@@ -187,7 +187,7 @@ bench-compare: build
 ## overload: on the bench's stack, create throughput measured closed loop, then OVERLOAD_FACTOR (5) times it
 ##           offered open loop for OVERLOAD_DURATION (60s), then SOAK_FRACTION (0.5) of it for ATTACK (30s) alone
 ##           and as long again beside slow clients (slow bodies, connections without headers; 0: no attack
-##           phase), then SOAK (30m) at SOAK_FRACTION of it (docs/RELIABILITY.md, "Overload")
+##           phase), then SOAK (30m) at SOAK_FRACTION of it (docs/OVERLOAD.md)
 ##           The generator gets the last CPU and the service the others (OVERLOAD_CLIENT_CPUS, OVERLOAD_SERVICE_CPUS;
 ##           empty for none), so that offering 5x does not take the service's CPU: on one CPU nothing is pinned
 OVERLOAD_FACTOR ?= 5

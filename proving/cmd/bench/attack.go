@@ -15,7 +15,7 @@ import (
 
 // The attack phase offers a steady, well-behaved load twice: alone, then
 // beside slow clients that try to take the service from it, as a probe
-// found they could (RELIABILITY.md, "Overload"):
+// found they could (docs/OVERLOAD.md):
 //
 //   - slowBodies connections to POST /webhooks/psp, which needs no key, and
 //     as many to POST /v1/orders with another tenant's key, each sending its
