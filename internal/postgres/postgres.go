@@ -166,6 +166,7 @@ const (
 	codeCannotConnectNow     = "57P03"
 	classConnectionException = "08"
 	codeProtocolViolation    = "08P01"
+	codeInternalError        = "XX000"
 )
 
 // IsRejected reports whether err is the server refusing a connection for
@@ -220,7 +221,9 @@ func IsUnavailable(err error) bool {
 // a lost connection from the coordinator to a worker as 08006
 // connection_failure). None of them is about the work itself: the same
 // statement on a new session may well succeed. A protocol violation
-// (08P01), although of class 08, is a bug of a client and stays one.
+// (08P01), although of class 08, is a bug of a client and stays one. Nor
+// is any other internal error (XX000) but the one a Citus coordinator
+// raises when a worker's connection failed at COMMIT (citusCommitFailed).
 func IsSessionEnded(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -232,8 +235,20 @@ func IsSessionEnded(err error) bool {
 	case codeProtocolViolation:
 		return false
 	}
+	if pgErr.Code == codeInternalError && strings.HasPrefix(pgErr.Message, citusCommitFailed) {
+		return true
+	}
 	return strings.HasPrefix(pgErr.Code, classConnectionException)
 }
+
+// citusCommitFailed begins the error a Citus coordinator raises at COMMIT
+// when a worker's connection of the transaction failed (XX000, "could not
+// commit transaction for shard 102157 on at least one active node"). Citus
+// raises it for a deferred constraint or trigger that fails at COMMIT too,
+// but the schema has none (TestTheSchemaDefersNothing): here it is always
+// the connection, the session's end seen from the coordinator, and the
+// transaction's outcome is for the retry to find.
+const citusCommitFailed = "could not commit transaction for shard "
 
 // IsLockTimeout reports whether err is a lock wait that ran out of
 // lock_timeout: another transaction holds the row for longer than we wait.

@@ -490,4 +490,41 @@ func TestATerminatedSessionIsUnavailable(t *testing.T) {
 			t.Errorf("SQLSTATE %s is classified as unavailable", code)
 		}
 	}
+	// A Citus coordinator whose worker connection failed at COMMIT (the
+	// chaos run's terminated worker backends): the outcome is for the
+	// retry to find, as for any session that ended under a statement.
+	citus := &pgconn.PgError{Code: "XX000", Message: "could not commit transaction for shard 102157 on at least one active node"}
+	if err := fmt.Errorf("commit transaction: %w", citus); !postgres.IsUnavailable(err) || !postgres.IsSessionEnded(err) {
+		t.Errorf("Citus's %q is not classified as unavailable", citus.Message)
+	}
+	if err := fmt.Errorf("query: %w", &pgconn.PgError{Code: "XX000", Message: "could not open relation"}); postgres.IsUnavailable(err) {
+		t.Errorf("another internal error is classified as unavailable")
+	}
+}
+
+// Citus raises "could not commit transaction for shard ..." both for a
+// worker connection that failed at COMMIT and for a deferred constraint or
+// trigger that failed there; IsSessionEnded reads it as the former, which
+// holds only while the schema defers nothing.
+func TestTheSchemaDefersNothing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	rows, err := pool.Query(context.Background(), `
+		SELECT c.conrelid::regclass::text || ' ' || c.conname FROM pg_constraint c
+		  JOIN pg_namespace n ON n.oid = c.connamespace
+		 WHERE n.nspname = 'public' AND c.condeferrable
+		UNION ALL
+		SELECT t.tgrelid::regclass::text || ' ' || t.tgname FROM pg_trigger t
+		  JOIN pg_class r ON r.oid = t.tgrelid JOIN pg_namespace n ON n.oid = r.relnamespace
+		 WHERE n.nspname = 'public' AND t.tgdeferrable`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deferred) > 0 {
+		t.Errorf("deferred constraints or triggers %v: a failure of theirs at COMMIT would be answered 503 on Citus (postgres.IsSessionEnded); make them immediate or tell the two apart", deferred)
+	}
 }
