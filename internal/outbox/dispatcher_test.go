@@ -281,12 +281,16 @@ func TestBatchGoesAtomicallyAndAgainMessageByMessage(t *testing.T) {
 // the round then still has its time to record the failed attempts (each
 // row gets its attempt and its backoff), as the lease and the round's
 // budget (publish timeout plus twice the database timeout) count on.
+// Twice the database timeout is less than one publish timeout, so a round
+// that spent two publish timeouts would run out before recording; each
+// statement still has almost two seconds, which a busy machine running
+// the test on Citus needs (400 ms was not enough there).
 func TestStalledBrokerCostsOnePublishTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	proxy := testkit.StartFaultProxy(t, testkit.Upstream(t, b.nats.URL()))
 	_, js := brokertest.Connect(t, proxy.Through(t, b.nats.URL()), b.logger)
-	d := b.dispatcher(t, b.pool, js, fast(outbox.WithPublishTimeout(time.Second), outbox.WithDatabaseTimeout(400*time.Millisecond), outbox.WithAtomicBatches(2))...)
+	d := b.dispatcher(t, b.pool, js, fast(outbox.WithPublishTimeout(4*time.Second), outbox.WithDatabaseTimeout(1900*time.Millisecond), outbox.WithAtomicBatches(2))...)
 	for range 3 {
 		b.appendEvent(t, "order.created")
 	}
