@@ -97,7 +97,7 @@ func (s *Service) cancelOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 		return operation.Outcome{}, err
 	}
 	if moved {
-		payload, err := encodeJSON(cancelledJSON{orderJSON: orderJSONFrom(order), Reason: a.Data.Reason})
+		payload, err := encodeJSON(cancelledJSON{Order: orderJSONFrom(order), Reason: a.Data.Reason})
 		if err != nil {
 			return operation.Outcome{}, err
 		}
@@ -124,8 +124,8 @@ func (s *Service) cancelOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 // cancelledJSON is the payload of order.cancelled: the order as it is now,
 // and the reason its client gave.
 type cancelledJSON struct {
-	orderJSON
-	Reason string `json:"reason,omitempty"`
+	Order  orderJSON `json:"order"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 type cancelRequestJSON struct {

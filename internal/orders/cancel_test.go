@@ -79,7 +79,7 @@ func TestCancelAnOrderAwaitingItsPayment(t *testing.T) {
 		t.Fatalf("{} after no body under one key = %d %s, want the replay of the first", r.Status, r.Body)
 	}
 	events := b.cancelEvents(t, o.ID)
-	if len(events) != 1 || events[0]["reason"] != "changed my mind" || events[0]["status"] != "cancelled" {
+	if len(events) != 1 || events[0]["reason"] != "changed my mind" || events[0]["order"].(map[string]any)["status"] != "cancelled" {
 		t.Fatalf("order.cancelled events = %v, want one with the reason and the cancelled order", events)
 	}
 }
