@@ -111,7 +111,8 @@ gosec:
 # one. Without either, scripts/citus.sh says what to install.
 CITUS_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/vendor/citus-13.*.tar.gz))
 export CITUS_SRC
-# The packages whose tests run a second time on Citus: the end-to-end
+# The packages whose tests run a second time on Citus (and every migration,
+# down and up, by internal/postgres TestMigrateDownAndUp): the end-to-end
 # contract (internal/app) and every background role's own tests. The
 # browser tests drive the UI over the same API and ran on PostgreSQL
 # already: the second run leaves them out (CITUS_TEST_SKIP).
@@ -125,7 +126,9 @@ unit:
 	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
 	 $(GO) test -race -count=1 -timeout 15m -bench . -benchtime 1x ./...; \
 	 echo "unit: the contract and the background roles again, on Citus (coordinator and two workers)"; \
-	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m -skip '$(CITUS_TEST_SKIP)' $(CITUS_TEST_PKGS)
+	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 15m -skip '$(CITUS_TEST_SKIP)' $(CITUS_TEST_PKGS); \
+	 echo "unit: every migration down and up again on Citus (a form that runs on plain PostgreSQL only fails here)"; \
+	 DATABASE_URL="$$CITUS_DATABASE_URL" $(GO) test -race -count=1 -timeout 5m -run '^TestMigrateDownAndUp$$' ./internal/postgres/
 	$(GO) -C tools test -count=1 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)

@@ -197,6 +197,30 @@ func (c *Client) Pay(ctx context.Context, orderID, paymentMethod string, opts ..
 	return &p, meta, nil
 }
 
+// CancelOrderRequest is the optional body of CancelOrder.
+type CancelOrderRequest struct {
+	// Reason is why the order is given up (at most 200 characters); it
+	// travels with the order.cancelled event.
+	Reason string `json:"reason,omitempty"`
+}
+
+// CancelOrder gives an order up: an order awaiting its payment, with no
+// payment at the provider, becomes cancelled and can no longer be paid. A
+// paid order, or one whose payment's outcome is not known yet, is refused
+// with CodeOrderNotCancellable (409); cancelling a cancelled order answers
+// the order. Like every POST it runs at most once per idempotency key.
+func (c *Client) CancelOrder(ctx context.Context, orderID string, req CancelOrderRequest, opts ...CallOption) (*Order, Meta, error) {
+	if orderID == "" {
+		return nil, Meta{}, errors.New("oncepay: CancelOrder: empty order id")
+	}
+	var o Order
+	meta, err := c.post(ctx, "/v1/orders/"+url.PathEscape(orderID)+"/cancel", req, &o, opts)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &o, meta, nil
+}
+
 // GetPayment returns one of the tenant's payments as it is now, with the
 // amount refunded so far.
 func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, error) {

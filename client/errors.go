@@ -31,6 +31,8 @@ const (
 	CodeMethodNotAllowed           = "method_not_allowed"
 	CodeCardDeclined               = "card_declined"
 	CodeOrderAlreadyPaid           = "order_already_paid"
+	CodeOrderNotPayable            = "order_not_payable"
+	CodeOrderNotCancellable        = "order_not_cancellable"
 	CodeRefundExceedsPayment       = "refund_exceeds_payment"
 	CodePaymentNotRefundable       = "payment_not_refundable"
 	CodePaymentRejected            = "payment_rejected"

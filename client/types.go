@@ -21,13 +21,15 @@ type Product struct {
 	Stock int64 `json:"stock"`
 }
 
-// Order statuses. An order only moves forward through them.
+// Order statuses. An order only moves forward through them; a cancelled
+// order is final.
 const (
 	OrderAwaitingPayment   = "awaiting_payment"
 	OrderPaid              = "paid"
 	OrderFulfilled         = "fulfilled"
 	OrderPartiallyRefunded = "partially_refunded"
 	OrderRefunded          = "refunded"
+	OrderCancelled         = "cancelled"
 )
 
 // Order is an order as the API returns it.

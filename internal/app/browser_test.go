@@ -365,6 +365,27 @@ func TestBrowser(t *testing.T) {
 		p.noExceptions()
 	})
 
+	t.Run("CancelAnUnpaidOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := openPage(t, browser, b, shopReady)
+		orderID := p.createOrder()
+		p.waitVisible(`#cancel-btn`)
+		p.click(`#cancel-btn`)
+		p.waitJS("the cancel has a final answer", `document.querySelector('#pay-result').dataset.outcome === 'cancelled'`)
+		p.waitJS("the order shows as cancelled", `document.querySelector('#pay-order-status').textContent === 'cancelled'`)
+		p.waitJS("the Pay button is done", `document.querySelector('#pay-btn').disabled && document.querySelector('#cancel-btn').hidden`)
+		if n := b.count(t, fmt.Sprintf(`SELECT count(*) FROM orders WHERE id = '%s' AND status = 'cancelled'`, orderID)); n != 1 {
+			t.Fatalf("order %s is not cancelled in the database\n%s", orderID, p.state())
+		}
+		if n := eval[int](p, `Object.keys(sessionStorage).filter(k => k.startsWith('oncepay.intent.')).length`); n != 0 {
+			t.Fatalf("%d intents left in sessionStorage after the cancel's final answer, want 0", n)
+		}
+		p.waitJS("the cancel event is listed", `!!document.querySelector('#events li[data-type="order.cancelled"]')`)
+		p.screenshot("cancelled")
+		p.noExceptions()
+	})
+
 	t.Run("DoubleClickChargesOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -70,7 +70,10 @@ func (a *App) build(ctx context.Context) (err error) {
 		operation.WithHooks(o.operationHooks),
 		operation.WithRecoveryBound(cfg.Tuning.recoveryBound()),
 		operation.WithTracerProvider(tp))
-	orderSvc := orders.NewService(pool, ops, now)
+	// A rule across features goes here, in the wiring: a cancel asks the
+	// payments feature whether the order is being paid, under the order's
+	// lock, without orders importing payments.
+	orderSvc := orders.NewService(pool, ops, now, orders.WithLivePayment(payments.HasLivePayment))
 	a.orders = orderSvc
 	for _, t := range demoTenants {
 		if err := a.waitFor(ctx, depDatabase, func(ctx context.Context) error {

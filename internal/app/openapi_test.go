@@ -549,6 +549,23 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	wantProblem(t, b.pay(t, unknownOrder, "oa-pay-unknown", "pm_card_ok"), 503, "payment_provider_unavailable")
 	want(b.pay(t, unknownOrder, "oa-pay-unknown", "pm_card_ok"), http.StatusCreated)
 
+	// Cancels: a cancelled order, its replay, a paid order refused, a
+	// cancelled order not payable, a reused key, no key, no such order.
+	cancelled, _ := b.order(t, "oa-order-cancelled")
+	cancel := func(id, key, body string) response {
+		return b.do(t, "POST", "/v1/orders/"+id+"/cancel", acme, key, body)
+	}
+	want(cancel(cancelled, "oa-cancel", `{"reason":"changed my mind"}`), http.StatusOK)
+	want(cancel(cancelled, "oa-cancel", `{"reason":"changed my mind"}`), http.StatusOK)
+	wantProblem(t, cancel(cancelled, "oa-cancel", ``), 422, "idempotency_key_reused")
+	wantProblem(t, cancel(cancelled, "oa-cancel-bad", `{"reason":""}`), 422, "validation_failed")
+	wantProblem(t, cancel(cancelled, "oa-cancel-bad", `{"reason":`), 400, "invalid_json")
+	wantProblem(t, cancel(cancelled, "", ``), 400, "idempotency_key_missing")
+	wantProblem(t, cancel("01a22931-c9da-71c4-a494-fc128972f4cb", "oa-cancel-none", ``), 404, "not_found")
+	wantProblem(t, b.do(t, "POST", "/v1/orders/"+cancelled+"/cancel", "", "oa-cancel-anon", ``), 401, "unauthorized")
+	wantProblem(t, cancel(orderID, "oa-cancel-paid", ``), 409, "order_not_cancellable")
+	wantProblem(t, b.pay(t, cancelled, "oa-pay-cancelled", "pm_card_ok"), 409, "order_not_payable")
+
 	// Refunds: refund, replay, over-refund, not refundable, invalid amount.
 	refund := func(paymentID, key, body string) response {
 		return b.do(t, "POST", "/v1/payments/"+paymentID+"/refunds", acme, key, body)

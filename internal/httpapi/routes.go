@@ -178,6 +178,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	v1.POST("/orders", orderAPI.Create, auth)
 	v1.GET("/orders", orderAPI.List, auth)
 	v1.GET("/orders/:id", orderAPI.Get, auth)
+	v1.POST("/orders/:id/cancel", orderAPI.Cancel, auth)
 	v1.POST("/orders/:id/payments", paymentAPI.Pay, auth)
 	v1.GET("/payments/:id", paymentAPI.Get, auth)
 	v1.POST("/payments/:id/refunds", paymentAPI.Refund, auth)

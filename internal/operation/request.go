@@ -1,6 +1,7 @@
 package operation
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/google/uuid"
@@ -50,6 +51,19 @@ func replayOrInput[T any](ctx context.Context, store *idempotency.Store, db idem
 	return nil, in, nil
 }
 
+// ParseOption changes how ParseRequest reads a request.
+type ParseOption func(*parseOptions)
+
+type parseOptions struct{ optionalBody bool }
+
+// OptionalBody is the ParseOption of an operation whose body may be left
+// out (POST /v1/orders/{id}/cancel): an empty body (nothing, or only
+// whitespace) is read as the empty object {}, so that no body and {} are
+// the same request, with the same fingerprint, and decode sees {}. Without
+// it an empty body is invalid_json, as for every operation whose body
+// carries what it asks for.
+func OptionalBody(o *parseOptions) { o.optionalBody = true }
+
 // Given is the Input of a value at hand.
 func Given[T any](in T) Input[T] { return func() (T, error) { return in, nil } }
 
@@ -73,7 +87,11 @@ func Given[T any](in T) Input[T] { return func() (T, error) { return in, nil } }
 //
 // Every error here, and decode's, is raised before execution: it is not
 // stored, and the key stays free.
-func ParseRequest[T any](c echo.Context, op idempotency.Operation, target Target, decode func(body []byte, id uuid.UUID) (T, error)) (idempotency.Request, Input[T], error) {
+func ParseRequest[T any](c echo.Context, op idempotency.Operation, target Target, decode func(body []byte, id uuid.UUID) (T, error), opts ...ParseOption) (idempotency.Request, Input[T], error) {
+	var o parseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	key, err := idempotency.ParseKey(c.Request().Header)
 	if err != nil {
 		return idempotency.Request{}, nil, err
@@ -91,6 +109,9 @@ func ParseRequest[T any](c echo.Context, op idempotency.Operation, target Target
 	raw, err := wire.ReadBody(c.Request())
 	if err != nil {
 		return idempotency.Request{}, nil, err
+	}
+	if o.optionalBody && len(bytes.TrimSpace(raw)) == 0 {
+		raw = []byte("{}")
 	}
 	input := func() (T, error) { return decode(raw, id) }
 	fp, err := idempotency.NewFingerprint(op, params, raw)

@@ -18,6 +18,7 @@ func TestStatusMovesOnlyForward(t *testing.T) {
 	t.Parallel()
 	allowed := map[[2]orders.Status]bool{
 		{orders.StatusAwaitingPayment, orders.StatusPaid}:        true,
+		{orders.StatusAwaitingPayment, orders.StatusCancelled}:   true, // given up before it was paid; final
 		{orders.StatusPaid, orders.StatusFulfilled}:              true,
 		{orders.StatusPaid, orders.StatusPartiallyRefunded}:      true, // refunded before it shipped
 		{orders.StatusPaid, orders.StatusRefunded}:               true,

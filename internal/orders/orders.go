@@ -29,16 +29,22 @@ import (
 	"github.com/oncepay/oncepay/internal/retention"
 )
 
-// OpCreate is the operation of POST /v1/orders.
-const OpCreate idempotency.Operation = "orders.create"
+// The operations of this package: POST /v1/orders and POST
+// /v1/orders/{id}/cancel.
+const (
+	OpCreate idempotency.Operation = "orders.create"
+	OpCancel idempotency.Operation = "orders.cancel"
+)
 
 // Specs declares the package's operations for the service's registry.
 // orders.create keeps its records 7 days, well past any client's retry
 // loop; after that, the order's own unique (tenant, idempotency key) still
-// returns the original order.
+// returns the original order. orders.cancel keeps them as long; after that
+// a cancel of a cancelled order answers as the first did (cancel.go).
 func Specs() []operation.Spec {
 	return []operation.Spec{
 		{Name: OpCreate, Retention: 7 * retention.Day, Covers: []retention.Horizon{retention.HorizonClientRetry}},
+		{Name: OpCancel, Retention: 7 * retention.Day, Covers: []retention.Horizon{retention.HorizonClientRetry}},
 	}
 }
 
@@ -49,13 +55,13 @@ var ErrNotFound = errors.New("no such order")
 // Status is where an order is in its lifecycle. It only moves forward,
 // along Transitions:
 //
-//	awaiting_payment   -> paid
+//	awaiting_payment   -> paid, cancelled
 //	paid               -> fulfilled, partially_refunded, refunded
 //	fulfilled          -> partially_refunded, refunded
 //	partially_refunded -> refunded
 //
 // A paid order may be refunded before it ships (it is never shipped then);
-// nothing is ever taken back.
+// nothing is ever taken back. A cancelled order is final: it is never paid.
 type Status string
 
 // The statuses, in lifecycle order.
@@ -65,20 +71,21 @@ const (
 	StatusFulfilled         Status = "fulfilled"
 	StatusPartiallyRefunded Status = "partially_refunded"
 	StatusRefunded          Status = "refunded"
+	StatusCancelled         Status = "cancelled"
 )
 
 // Statuses returns every status in lifecycle order: every transition leads
 // to a later one (the orders.status CHECK and the OpenAPI enum list the
 // same; tests keep them equal).
 func Statuses() []Status {
-	return []Status{StatusAwaitingPayment, StatusPaid, StatusFulfilled, StatusPartiallyRefunded, StatusRefunded}
+	return []Status{StatusAwaitingPayment, StatusPaid, StatusFulfilled, StatusPartiallyRefunded, StatusRefunded, StatusCancelled}
 }
 
 // Transitions is the lifecycle: the statuses an order in each status may
 // move to, and nothing else.
 func Transitions() map[Status][]Status {
 	return map[Status][]Status{
-		StatusAwaitingPayment:   {StatusPaid},
+		StatusAwaitingPayment:   {StatusPaid, StatusCancelled},
 		StatusPaid:              {StatusFulfilled, StatusPartiallyRefunded, StatusRefunded},
 		StatusFulfilled:         {StatusPartiallyRefunded, StatusRefunded},
 		StatusPartiallyRefunded: {StatusRefunded},

@@ -17,15 +17,24 @@ import (
 // Service creates and reads orders, and moves them through their lifecycle
 // for the other features.
 type Service struct {
-	pool   *pgxpool.Pool
-	now    func() time.Time
-	create *operation.Phases[CreateInput]
+	pool        *pgxpool.Pool
+	now         func() time.Time
+	livePayment LivePayment
+	create      *operation.Phases[CreateInput]
+	cancel      *operation.Phases[CancelInput]
 }
 
+// Option configures a Service.
+type Option func(*Service)
+
 // NewService returns a Service whose idempotent operations run on ops.
-func NewService(pool *pgxpool.Pool, ops *operation.Runner, now func() time.Time) *Service {
+func NewService(pool *pgxpool.Pool, ops *operation.Runner, now func() time.Time, opts ...Option) *Service {
 	s := &Service{pool: pool, now: now}
+	for _, o := range opts {
+		o(s)
+	}
 	s.create = operation.NewPhases(ops, OpCreate, s.createSteps())
+	s.cancel = operation.NewPhases(ops, OpCancel, s.cancelSteps())
 	return s
 }
 

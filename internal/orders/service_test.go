@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
 	"github.com/oncepay/oncepay/internal/testkit"
@@ -40,8 +41,12 @@ func setup(t *testing.T) *testBundle {
 	demo := testkit.SeedDemo(t, pool)
 	clock := testkit.NewClock()
 	logger := testkit.Logger(t)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, clock.Now, idempotency.WithLease(30*time.Second))
-	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), clock.Now)
+	policy := idempotency.Policy{}
+	for _, s := range orders.Specs() {
+		policy[s.Name] = s.Retention
+	}
+	store := idempotency.NewStore(policy, clock.Now, idempotency.WithLease(30*time.Second))
+	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), clock.Now, orders.WithLivePayment(payments.HasLivePayment))
 	for _, tn := range demo {
 		if err := svc.SeedCatalog(context.Background(), tn.ID, orders.DemoCatalog()); err != nil {
 			t.Fatal(err)
@@ -56,6 +61,7 @@ func setup(t *testing.T) *testBundle {
 	e.POST("/v1/orders", h.Create, auth)
 	e.GET("/v1/orders", h.List, auth)
 	e.GET("/v1/orders/:id", h.Get, auth)
+	e.POST("/v1/orders/:id/cancel", h.Cancel, auth)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &testBundle{pool: pool, svc: svc, url: srv.URL, client: srv.Client(), acme: demo["acme"], globex: demo["globex"]}

@@ -49,7 +49,8 @@ func (s *Service) Pay(ctx context.Context, req idempotency.Request, orderID uuid
 }
 
 // recordPayment is phase 1, in the claim's transaction: it records a pending
-// payment for the order, or a final refusal (order already paid).
+// payment for the order, or a final refusal (order cancelled, already paid, or
+// being paid).
 func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Attempt[payAttempt]) (operation.Outcome, error) {
 	req := a.Claim.Request()
 	st := storeOf(tx)
@@ -80,6 +81,10 @@ func (s *Service) recordPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 	live, err := st.hasLivePayment(ctx, order.TenantID, order.ID)
 	if err != nil {
 		return operation.Outcome{}, err
+	}
+	if order.Status == orders.StatusCancelled {
+		return a.Refuse(ctx, tx, problem.New(problem.OrderNotPayable,
+			"Order %s is cancelled: it can no longer be paid.", order.ID), nil)
 	}
 	if order.Status != orders.StatusAwaitingPayment || live {
 		return a.Refuse(ctx, tx, problem.New(problem.OrderAlreadyPaid,

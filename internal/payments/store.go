@@ -97,6 +97,15 @@ func (st store) hasLivePayment(ctx context.Context, tenantID, orderID uuid.UUID)
 	return !missing && err == nil, err
 }
 
+// HasLivePayment reports whether one of the tenant's orders has a pending
+// or succeeded payment, in tx. orders.cancel asks it with the order's row
+// locked (internal/app wires it in), the lock a payment's first step takes
+// too: a payment at the provider, whose outcome is not known yet, refuses
+// the cancel instead of racing it.
+func HasLivePayment(ctx context.Context, tx pgx.Tx, tenantID, orderID uuid.UUID) (bool, error) {
+	return storeOf(tx).hasLivePayment(ctx, tenantID, orderID)
+}
+
 func (st store) insertPayment(ctx context.Context, p dbsqlc.PaymentInsertParams) (Payment, error) {
 	row, err := st.q.PaymentInsert(ctx, p)
 	if err != nil {

@@ -43,6 +43,8 @@ const (
 	MethodNotAllowed           Code = "method_not_allowed"
 	CardDeclined               Code = "card_declined"
 	OrderAlreadyPaid           Code = "order_already_paid"
+	OrderNotPayable            Code = "order_not_payable"
+	OrderNotCancellable        Code = "order_not_cancellable"
 	RefundExceedsPayment       Code = "refund_exceeds_payment"
 	PaymentNotRefundable       Code = "payment_not_refundable"
 	PaymentRejected            Code = "payment_rejected"
@@ -70,6 +72,8 @@ var statuses = map[Code]int{
 	MethodNotAllowed:           http.StatusMethodNotAllowed,
 	CardDeclined:               http.StatusPaymentRequired,
 	OrderAlreadyPaid:           http.StatusConflict,
+	OrderNotPayable:            http.StatusConflict,
+	OrderNotCancellable:        http.StatusConflict,
 	RefundExceedsPayment:       http.StatusUnprocessableEntity,
 	PaymentNotRefundable:       http.StatusConflict,
 	PaymentRejected:            http.StatusUnprocessableEntity,

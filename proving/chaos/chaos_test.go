@@ -157,6 +157,13 @@ func TestPlanIsReplayable(t *testing.T) {
 			t.Errorf("no %s step in a 150-intent plan", k)
 		}
 	}
+	cancels := map[CancelMode]int{}
+	for _, in := range a.Intents {
+		cancels[in.Cancel]++
+	}
+	if cancels[CancelFirst] == 0 || cancels[CancelRacing] == 0 {
+		t.Errorf("cancels in a 150-intent plan: %v, want some before the payment and some racing it", cancels)
+	}
 	drops, resets := 0, 0
 	for _, f := range a.Proxy {
 		for _, x := range f {

@@ -22,6 +22,10 @@ const (
 	// ChargeWithoutPayment: the provider holds a charge whose reference names
 	// no payment of ours: money taken that we cannot account for.
 	ChargeWithoutPayment Kind = "charge_without_payment"
+	// CancelledCharged: an order that was cancelled has a succeeded
+	// payment or a succeeded provider charge: the customer gave the order
+	// up and was charged for it anyway.
+	CancelledCharged Kind = "cancelled_order_charged"
 	// ChargeMismatch: a payment and the provider disagree: we say succeeded
 	// and the provider has no such succeeded charge (or another amount), or
 	// we say failed and the provider charged.
@@ -93,7 +97,7 @@ const (
 
 // Kinds lists every invariant, in report order.
 var Kinds = []Kind{
-	DoubleCharge, ChargeWithoutPayment, ChargeMismatch, Unsettled, OrderStatusMismatch,
+	DoubleCharge, ChargeWithoutPayment, CancelledCharged, ChargeMismatch, Unsettled, OrderStatusMismatch,
 	RefundExceedsPayment, RefundMismatch, EventMissing, EventDuplicated, EventUnpublished,
 	EventUnconsumed, FulfillmentMismatch, StockMismatch, WebhookUnprocessed,
 	IntentNotDefinite, ClientUnresolved, AnswerMismatch, UnexpectedAnswer, UnhealthyDuringOutage, NotReconnected, DataRace,
@@ -112,6 +116,7 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.S
 // consumer's vocabulary, as the database stores them.
 const (
 	evOrderCreated     = "order.created"
+	evOrderCancelled   = "order.cancelled"
 	evPaymentSucceeded = "payment.succeeded"
 	evPaymentFailed    = "payment.failed"
 	evRefundSucceeded  = "refund.succeeded"
@@ -120,6 +125,7 @@ const (
 	statusSucceeded    = "succeeded"
 	statusFailed       = "failed"
 	statusPending      = "pending"
+	orderCancelled     = "cancelled"
 	codeInProgress     = "request_in_progress"
 )
 
@@ -256,6 +262,19 @@ func (c *checker) ledger() {
 			c.skipStatus[o.ID] = true
 		}
 	}
+	for _, o := range c.h.DB.Orders {
+		if o.Status != orderCancelled {
+			continue
+		}
+		for _, p := range c.paymentsOfOrder[o.ID] {
+			charged := slices.ContainsFunc(c.chargesOfRef[p.ID], func(ch Charge) bool { return ch.Status == statusSucceeded })
+			if p.Status == statusSucceeded || charged {
+				c.add(CancelledCharged, "order "+o.ID, "cancelled, yet its payment %s is %s (a succeeded charge at the provider: %t)", p.ID, p.Status, charged)
+				c.skipStatus[o.ID] = true
+				break
+			}
+		}
+	}
 	for _, p := range c.h.DB.Payments {
 		var succeeded []Charge
 		for _, ch := range c.chargesOfRef[p.ID] {
@@ -298,7 +317,7 @@ func (c *checker) orders() {
 		var want string
 		switch {
 		case paid == nil:
-			want = "awaiting_payment"
+			want = "awaiting_payment cancelled"
 		case paid.AmountRefunded == 0:
 			want = "paid or fulfilled"
 		case paid.AmountRefunded < paid.Amount:
@@ -384,6 +403,11 @@ func (c *checker) events() {
 	}
 	for _, o := range c.h.DB.Orders {
 		want(o.ID, evOrderCreated, 1)
+		n := 0
+		if o.Status == orderCancelled {
+			n = 1
+		}
+		want(o.ID, evOrderCancelled, n)
 	}
 	for _, p := range c.h.DB.Payments {
 		s, f := 0, 0
@@ -450,7 +474,7 @@ func (c *checker) fulfillment() {
 			c.add(FulfillmentMismatch, "order "+o.ID, "%d receipts: shipped more than once", n)
 		case n == 0 && o.Status == "fulfilled":
 			c.add(FulfillmentMismatch, "order "+o.ID, "fulfilled without a receipt")
-		case n == 1 && (o.Status == "awaiting_payment" || o.Status == "paid"):
+		case n == 1 && (o.Status == "awaiting_payment" || o.Status == "paid" || o.Status == orderCancelled):
 			c.add(FulfillmentMismatch, "order "+o.ID, "a receipt, but the order is %s", o.Status)
 		}
 	}
@@ -505,8 +529,9 @@ func (c *checker) settled() {
 // intent of the run: status, and the problem code of a 4xx.
 var allowed = map[string][]string{
 	OpOrder:  {"200", "201"},
-	OpPay:    {"201", "200", "402 card_declined", "409 order_already_paid"},
+	OpPay:    {"201", "200", "402 card_declined", "409 order_already_paid", "409 order_not_payable"},
 	OpRefund: {"201", "200", "422 refund_exceeds_payment"},
+	OpCancel: {"200", "409 order_not_cancellable"},
 }
 
 func answerName(call Call) string {
@@ -581,8 +606,18 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered payment %s of %d for order %s, the payment is of %d for order %s", p.ID, call.Amount, call.Parent, p.Amount, p.OrderID)
 		case call.Code == "card_declined" && (!found || p.Status != statusFailed):
 			return fmt.Sprintf("answered card_declined, the key's payment %q is %q", p.ID, p.Status)
-		case call.Code == "order_already_paid" && found:
-			return fmt.Sprintf("answered order_already_paid, yet the key made payment %s", p.ID)
+		case (call.Code == "order_already_paid" || call.Code == "order_not_payable") && found:
+			return fmt.Sprintf("answered %s, yet the key made payment %s", call.Code, p.ID)
+		}
+	case OpCancel:
+		o, found := c.orderByID[call.Parent]
+		switch {
+		case !found:
+			return fmt.Sprintf("a cancel of order %q, which does not exist", call.Parent)
+		case ok && (call.ResourceID != o.ID || call.ResourceStatus != orderCancelled || o.Status != orderCancelled):
+			return fmt.Sprintf("answered order %s %s, the order is %s %s", call.ResourceID, call.ResourceStatus, o.ID, o.Status)
+		case call.Code == "order_not_cancellable" && o.Status == orderCancelled:
+			return fmt.Sprintf("answered order_not_cancellable, yet order %s is cancelled", o.ID)
 		}
 	case OpRefund:
 		r, found := c.refundByKey[tk(tenant, call.Key)]

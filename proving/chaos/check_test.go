@@ -7,11 +7,13 @@ import (
 	"time"
 )
 
-// cleanHistory is a recorded history of four intents in which everything
+// cleanHistory is a recorded history of six intents in which everything
 // went right despite faults: a partially refunded order, an order paid on
 // the second card after a decline (its client saw a 503 on the way), an
-// order whose only card was declined, and a fully refunded order whose
-// second refund was refused; meanwhile the database was killed once, the
+// order whose only card was declined, a fully refunded order whose
+// second refund was refused, an order cancelled before its payment (which
+// was refused), and an order whose cancel was refused because it was being
+// paid; meanwhile the database was killed once, the
 // APIs stayed up and came back. Every test case breaks exactly one
 // invariant of a copy of it.
 func cleanHistory() History {
@@ -32,12 +34,16 @@ func cleanHistory() History {
 				{ID: "o2", Tenant: t, Key: "k2-order", Status: "fulfilled", AmountTotal: 5900},
 				{ID: "o3", Tenant: t, Key: "k3-order", Status: "awaiting_payment", AmountTotal: 2200},
 				{ID: "o4", Tenant: t, Key: "k4-order", Status: "refunded", AmountTotal: 1800},
+				{ID: "o5", Tenant: t, Key: "k5-order", Status: "cancelled", AmountTotal: 1500},
+				{ID: "o6", Tenant: t, Key: "k6-order", Status: "paid", AmountTotal: 3000},
 			},
 			OrderItems: []OrderItem{
 				{OrderID: "o1", SKU: "espresso", Quantity: 1},
 				{OrderID: "o2", SKU: "kettle", Quantity: 1},
 				{OrderID: "o3", SKU: "dripper", Quantity: 1},
 				{OrderID: "o4", SKU: "mug", Quantity: 1},
+				{OrderID: "o5", SKU: "mug", Quantity: 2},
+				{OrderID: "o6", SKU: "kettle", Quantity: 1},
 			},
 			Payments: []Payment{
 				{ID: "p1", Tenant: t, OrderID: "o1", Key: "k1-pay", ProviderKey: "pk1", Status: "succeeded", Amount: 2490, ChargeID: "ch1", AmountRefunded: 500},
@@ -45,6 +51,7 @@ func cleanHistory() History {
 				{ID: "p3", Tenant: t, OrderID: "o2", Key: "k2-pay2", ProviderKey: "pk3", Status: "succeeded", Amount: 5900, ChargeID: "ch3"},
 				{ID: "p4", Tenant: t, OrderID: "o3", Key: "k3-pay", ProviderKey: "pk4", Status: "failed", Amount: 2200, ChargeID: "ch4"},
 				{ID: "p5", Tenant: t, OrderID: "o4", Key: "k4-pay", ProviderKey: "pk5", Status: "succeeded", Amount: 1800, ChargeID: "ch5", AmountRefunded: 1800},
+				{ID: "p16", Tenant: t, OrderID: "o6", Key: "k6-pay", ProviderKey: "pk16", Status: "succeeded", Amount: 3000, ChargeID: "ch16"},
 			},
 			Refunds: []Refund{
 				{ID: "r1", Tenant: t, PaymentID: "p1", Key: "k1-refund", ProviderKey: "pkr1", Status: "succeeded", Amount: 500, ProviderRefundID: "re1"},
@@ -63,6 +70,12 @@ func cleanHistory() History {
 				{Tenant: t, Operation: OpRefund, Key: "k1-refund", State: "completed", Status: 201},
 				{Tenant: t, Operation: OpRefund, Key: "k4-refund", State: "completed", Status: 201},
 				{Tenant: t, Operation: OpRefund, Key: "k4-refund2", State: "failed", Status: 422},
+				{Tenant: t, Operation: OpOrder, Key: "k5-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpCancel, Key: "k5-cancel", State: "completed", Status: 200},
+				{Tenant: t, Operation: OpPay, Key: "k5-pay", State: "failed", Status: 409},
+				{Tenant: t, Operation: OpOrder, Key: "k6-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpPay, Key: "k6-pay", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpCancel, Key: "k6-cancel", State: "failed", Status: 409},
 			},
 			Events: []Event{
 				{ID: "e-o1", Type: "order.created", AggregateID: "o1", Published: true},
@@ -76,12 +89,16 @@ func cleanHistory() History {
 				{ID: "e-p5", Type: "payment.succeeded", AggregateID: "p5", Published: true},
 				{ID: "e-r1", Type: "refund.succeeded", AggregateID: "r1", Published: true},
 				{ID: "e-r2", Type: "refund.succeeded", AggregateID: "r2", Published: true},
+				{ID: "e-o5", Type: "order.created", AggregateID: "o5", Published: true},
+				{ID: "e-o5c", Type: "order.cancelled", AggregateID: "o5", Published: true},
+				{ID: "e-o6", Type: "order.created", AggregateID: "o6", Published: true},
+				{ID: "e-p16", Type: "payment.succeeded", AggregateID: "p16", Published: true},
 			},
 			StockBefore: []Stock{{t, "espresso", 100}, {t, "kettle", 100}, {t, "dripper", 100}, {t, "mug", 100}},
 			StockAfter:  []Stock{{t, "espresso", 99}, {t, "kettle", 99}, {t, "dripper", 100}, {t, "mug", 99}},
 			Processed: []Processed{
 				{"e-p1", "fulfillment"}, {"e-p3", "fulfillment"}, {"e-p5", "fulfillment"},
-				{"e-r1", "fulfillment"}, {"e-r2", "fulfillment"},
+				{"e-r1", "fulfillment"}, {"e-r2", "fulfillment"}, {"e-p16", "fulfillment"},
 			},
 			Notifications: []Notification{
 				{OrderID: "o1", Kind: "receipt", EventID: "e-p1"},
@@ -98,6 +115,7 @@ func cleanHistory() History {
 				{ID: "ch3", Amount: 5900, Status: "succeeded", Reference: "p3", IdempotencyKey: "pk3"},
 				{ID: "ch4", Amount: 2200, Status: "failed", Reference: "p4", IdempotencyKey: "pk4"},
 				{ID: "ch5", Amount: 1800, Status: "succeeded", Reference: "p5", IdempotencyKey: "pk5", AmountRefunded: 1800},
+				{ID: "ch16", Amount: 3000, Status: "succeeded", Reference: "p16", IdempotencyKey: "pk16"},
 			},
 			Refunds: []LedgerRefund{
 				{ID: "re1", Charge: "ch1", Amount: 500, Status: "succeeded", Reference: "r1", IdempotencyKey: "pkr1"},
@@ -107,7 +125,7 @@ func cleanHistory() History {
 		// Duplicates in the stream are at-least-once delivery, not a violation.
 		Stream: &StreamState{MessageIDs: map[string]int{
 			"e-o1": 1, "e-o2": 1, "e-o3": 1, "e-o4": 1, "e-p1": 2, "e-p2": 1, "e-p3": 1,
-			"e-p4": 1, "e-p5": 1, "e-r1": 1, "e-r2": 1,
+			"e-p4": 1, "e-p5": 1, "e-r1": 1, "e-r2": 1, "e-o5": 1, "e-o5c": 1, "e-o6": 1, "e-p16": 1,
 		}},
 		Outcomes: []Outcome{
 			{Intent: 1, Tenant: t, Calls: []Call{
@@ -129,6 +147,16 @@ func cleanHistory() History {
 				{Op: OpPay, Key: "k4-pay", Status: 201, ResourceID: "p5", ResourceStatus: "succeeded", Parent: "o4", Amount: 1800, Attempts: 1},
 				{Op: OpRefund, Key: "k4-refund", Status: 201, ResourceID: "r2", ResourceStatus: "succeeded", Parent: "p5", Amount: 1800, Attempts: 1},
 				{Op: OpRefund, Key: "k4-refund2", Status: 422, Code: "refund_exceeds_payment", Attempts: 1},
+			}},
+			{Intent: 5, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k5-order", Status: 201, ResourceID: "o5", Amount: 1500, Attempts: 1},
+				{Op: OpCancel, Key: "k5-cancel", Status: 200, ResourceID: "o5", ResourceStatus: "cancelled", Parent: "o5", Amount: 1500, Attempts: 2},
+				{Op: OpPay, Key: "k5-pay", Status: 409, Code: "order_not_payable", Attempts: 1},
+			}},
+			{Intent: 6, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k6-order", Status: 201, ResourceID: "o6", Amount: 3000, Attempts: 1},
+				{Op: OpPay, Key: "k6-pay", Status: 201, ResourceID: "p16", ResourceStatus: "succeeded", Parent: "o6", Amount: 3000, Attempts: 1},
+				{Op: OpCancel, Key: "k6-cancel", Status: 409, Code: "order_not_cancellable", Parent: "o6", Attempts: 1},
 			}},
 		},
 	}
@@ -217,6 +245,34 @@ func TestCheckReportsEachViolation(t *testing.T) {
 	}{
 		{"second succeeded charge for a paid order", DoubleCharge, "order o1", func(h *History) {
 			h.Ledger.Charges = append(h.Ledger.Charges, Charge{ID: "ch9", Amount: 2490, Status: "succeeded", Reference: "p1", IdempotencyKey: "another-key"})
+		}},
+		{"an order cancelled while its payment succeeded", CancelledCharged, "order o6", func(h *History) {
+			h.DB.Orders[5].Status = "cancelled"
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-o6c", Type: "order.cancelled", AggregateID: "o6", Published: true})
+			h.Stream.MessageIDs["e-o6c"] = 1
+			c := &h.Outcomes[5].Calls[2]
+			c.Status, c.Code, c.ResourceID, c.ResourceStatus, c.Amount = 200, "", "o6", "cancelled", 3000
+		}},
+		{"a cancel answered 200, the order still awaits its payment", AnswerMismatch, "intent 5 orders.cancel k5-cancel", func(h *History) {
+			h.DB.Orders[4].Status = "awaiting_payment"
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-o5c" })
+		}},
+		{"a cancel refused, the order cancelled all the same", AnswerMismatch, "intent 6 orders.cancel k6-cancel", func(h *History) {
+			h.Outcomes[5].Calls[1] = Call{Op: OpPay, Key: "k6-pay", Status: 402, Code: "card_declined", Attempts: 1}
+			h.DB.Payments[5].Status, h.Ledger.Charges[5].Status = "failed", "failed"
+			h.DB.Records[16].State, h.DB.Records[16].Status = "failed", 402
+			h.DB.Orders[5].Status = "cancelled"
+			h.DB.Events[len(h.DB.Events)-1].Type = "payment.failed"
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-o6c", Type: "order.cancelled", AggregateID: "o6", Published: true})
+			h.Stream.MessageIDs["e-o6c"] = 1
+		}},
+		{"a pay refused as not payable, yet its key made a payment", AnswerMismatch, "intent 5 payments.create k5-pay", func(h *History) {
+			h.DB.Payments = append(h.DB.Payments, Payment{ID: "p7", Tenant: "acme", OrderID: "o5", Key: "k5-pay", ProviderKey: "pk7", Status: "failed", Amount: 1500})
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-p7", Type: "payment.failed", AggregateID: "p7", Published: true})
+			h.Stream.MessageIDs["e-p7"] = 1
+		}},
+		{"a cancelled order without its event", EventMissing, "order.cancelled o5", func(h *History) {
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-o5c" })
 		}},
 		{"provider charge nobody recorded", ChargeWithoutPayment, "charge ch9", func(h *History) {
 			h.Ledger.Charges = append(h.Ledger.Charges, Charge{ID: "ch9", Amount: 100, Status: "succeeded", Reference: "p-unknown"})

@@ -241,10 +241,11 @@ const (
 	OpOrder  = string(orders.OpCreate)
 	OpPay    = string(payments.OpPay)
 	OpRefund = string(payments.OpRefund)
+	OpCancel = "orders.cancel"
 )
 
 // Operations lists the operations the chaos run drives.
-func Operations() []string { return []string{OpOrder, OpPay, OpRefund} }
+func Operations() []string { return []string{OpOrder, OpPay, OpRefund, OpCancel} }
 
 // NotDriven names the registered operations the chaos run leaves out, each
 // with the reason: a run that reports zero violations says so only about
@@ -271,7 +272,8 @@ type Call struct {
 	// payment's or the refund's amount.
 	Amount int64 `json:"amount,omitempty"`
 	// Parent is what a 2xx answer said the resource belongs to: a
-	// payment's order, a refund's payment.
+	// payment's order, a refund's payment; for a cancel, whatever its
+	// answer, the order it asked to cancel.
 	Parent string `json:"parent,omitempty"`
 	// Attempts counts the client's HTTP attempts.
 	Attempts int `json:"attempts"`

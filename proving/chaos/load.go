@@ -71,6 +71,13 @@ func orderTold(o *client.Order) (t told) {
 	return t
 }
 
+func cancelTold(o *client.Order) (t told) {
+	if o != nil {
+		t = told{id: o.ID, status: o.Status, amount: o.AmountTotal}
+	}
+	return t
+}
+
 func paymentTold(p *client.Payment) (t told) {
 	if p != nil {
 		t = told{id: p.ID, status: p.Status, parent: p.OrderID, amount: p.Amount}
@@ -141,28 +148,41 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 		return out
 	}
 
-	pay := func(call, method string) *client.Payment {
+	// A racing cancel runs beside the payment; the intent ends when both
+	// have (this wait runs before the sort above).
+	var racing sync.WaitGroup
+	defer racing.Wait()
+	switch in.Cancel {
+	case CancelFirst:
+		add(d.cancel(ctx, in, orderID, d.plan.Key(in, "cancel")))
+	case CancelRacing:
+		racing.Go(func() { add(d.cancel(ctx, in, orderID, d.plan.Key(in, "cancel"))) })
+	}
+
+	pay := func(call, method string) (*client.Payment, Call) {
 		key := d.plan.Key(in, call)
 		p, meta, err := cl.Pay(ctx, orderID, method, client.WithIdempotencyKey(key))
-		add(d.record(OpPay, key, meta, err, paymentTold(p)))
-		return p
+		c := d.record(OpPay, key, meta, err, paymentTold(p))
+		add(c)
+		return p, c
 	}
 	var paid *client.Payment
+	var last Call
 	if in.DoublePay {
 		var wg sync.WaitGroup
 		var a, b *client.Payment
-		wg.Go(func() { a = pay("pay", in.Method) })
-		wg.Go(func() { b = pay("pay-dup", in.Method) })
+		wg.Go(func() { a, last = pay("pay", in.Method) })
+		wg.Go(func() { b, _ = pay("pay-dup", in.Method) })
 		wg.Wait()
 		paid = a
 		if paid == nil {
 			paid = b
 		}
 	} else {
-		paid = pay("pay", in.Method)
+		paid, last = pay("pay", in.Method)
 	}
-	if paid == nil && in.SecondCard && len(out.Calls) > 1 && out.Calls[len(out.Calls)-1].Code == client.CodeCardDeclined {
-		paid = pay("pay-2", client.PaymentMethodOK)
+	if paid == nil && in.SecondCard && last.Code == client.CodeCardDeclined {
+		paid, _ = pay("pay-2", client.PaymentMethodOK)
 	}
 	if paid == nil || paid.Status != client.StatusSucceeded {
 		return out
@@ -184,6 +204,15 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 	}
 	wg.Wait()
 	return out
+}
+
+// cancel asks to cancel the intent's order under key: the answer is the
+// cancelled order, or a refusal because the order is paid or being paid.
+func (d *driver) cancel(ctx context.Context, in Intent, orderID, key string) Call {
+	o, meta, err := d.clients[in.Tenant].CancelOrder(ctx, orderID, client.CancelOrderRequest{Reason: "the customer gave up"}, client.WithIdempotencyKey(key))
+	c := d.record(OpCancel, key, meta, err, cancelTold(o))
+	c.Parent = orderID
+	return c
 }
 
 // resume sends a call without a definite answer again, with its key, after
@@ -222,6 +251,8 @@ func (d *driver) resume(ctx context.Context, in Intent, out Outcome, c Call) Cal
 		}
 		p, meta, err := cl.Pay(ctx, orderID, method, client.WithIdempotencyKey(c.Key))
 		return d.record(OpPay, c.Key, meta, err, paymentTold(p))
+	case OpCancel:
+		return d.cancel(ctx, in, orderID, c.Key)
 	case OpRefund:
 		if paymentID == "" {
 			return c

@@ -216,7 +216,22 @@ type Intent struct {
 	Refunds []int `json:"refunds,omitempty"`
 	// ConcurrentRefunds sends the refunds at the same time.
 	ConcurrentRefunds bool `json:"concurrent_refunds,omitempty"`
+	// Cancel gives the order up: CancelFirst before paying it (the pay
+	// must then be refused and never reach the provider), CancelRacing at
+	// the same time as the payment (whichever takes the order's lock first
+	// wins; the order must never end cancelled and charged).
+	Cancel CancelMode `json:"cancel,omitempty"`
 }
+
+// CancelMode is when an intent cancels its order.
+type CancelMode string
+
+// The cancels of an intent.
+const (
+	CancelNone   CancelMode = ""
+	CancelFirst  CancelMode = "first"
+	CancelRacing CancelMode = "racing"
+)
 
 // Key returns the idempotency key of one call of the intent, e.g. "pay" or
 // "refund-1".
@@ -297,6 +312,12 @@ func NewPlan(seed uint64, o PlanOptions) *Plan {
 			in.Refunds = [][]int{{1000}, {500}, {300, 300}, {600, 600}, {250}}[r.IntN(5)]
 			in.ConcurrentRefunds = len(in.Refunds) > 1 && r.IntN(2) == 0
 		}
+		switch x := r.IntN(100); {
+		case x < 3:
+			in.Cancel = CancelFirst
+		case x < 9:
+			in.Cancel = CancelRacing
+		}
 		p.Intents = append(p.Intents, in)
 		for _, call := range p.calls(in) {
 			if r.Float64() >= o.ProxyRate {
@@ -320,6 +341,9 @@ func NewPlan(seed uint64, o PlanOptions) *Plan {
 // calls lists the call names of an intent that may be sent.
 func (p *Plan) calls(in Intent) []string {
 	out := []string{"order", "pay"}
+	if in.Cancel != CancelNone {
+		out = append(out, "cancel")
+	}
 	if in.SecondCard {
 		out = append(out, "pay-2")
 	}

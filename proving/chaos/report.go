@@ -51,8 +51,8 @@ func (rep *Report) Print(w io.Writer) {
 		p("  NOT SETTLED when settling stopped: %s", rep.Unsettled)
 	}
 	p("load")
-	p("  calls: %d orders, %d payments, %d refunds; HTTP attempts %d; client retries %d; replayed answers %d; resumed after settling %d",
-		rep.Calls[OpOrder], rep.Calls[OpPay], rep.Calls[OpRefund], rep.Attempts, rep.Retries, rep.Replayed, rep.Resumed)
+	p("  calls: %d orders, %d payments, %d refunds, %d cancels; HTTP attempts %d; client retries %d; replayed answers %d; resumed after settling %d",
+		rep.Calls[OpOrder], rep.Calls[OpPay], rep.Calls[OpRefund], rep.Calls[OpCancel], rep.Attempts, rep.Retries, rep.Replayed, rep.Resumed)
 	p("  proxy: %d requests, %d cut by a dying API (502), %d with no API up (503)", rep.Proxy.Requests, rep.Proxy.Cut, rep.Proxy.NoBackend)
 	p("  provider: %d charges in the ledger; webhooks: %d events, %d delivered, %d abandoned, %d attempts",
 		rep.Charges, rep.Webhooks.Events, rep.Webhooks.Delivered, rep.Webhooks.Abandoned, rep.Webhooks.Attempts)

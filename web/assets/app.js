@@ -29,6 +29,7 @@ const state = {
   live: null, // the last GET /demo/orders/{id}/payments
   payment: null, // the order's succeeded payment, for refunds
   paying: false,
+  cancelling: false,
   refunding: false,
   creating: false,
   gen: 0, // bumped when tenant or order changes: late answers are dropped
@@ -41,7 +42,7 @@ const el = {};
 for (const id of [
   'tenant', 'tenant-form', 'api-key', 'api-key-use', 'mode-pill', 'banner', 'products', 'cart-total', 'create-order',
   'order-result', 'order-log', 'pay', 'pay-order-id', 'pay-amount', 'pay-order-status', 'pay-form', 'method',
-  'method-hint', 'chaos', 'pay-btn', 'pay-result', 'pay-requests', 'pay-key', 'pay-key-note', 'pay-log', 'refund',
+  'method-hint', 'chaos', 'pay-btn', 'cancel-btn', 'pay-result', 'pay-requests', 'pay-key', 'pay-key-note', 'pay-log', 'refund',
   'refund-form', 'refund-amount', 'refund-currency', 'refund-hint', 'refund-btn', 'refund-result', 'refund-log',
   'live', 'live-empty', 'live-body', 'live-order-id', 'live-order-status', 'charged', 'charged-note', 'kpi-charged',
   'attempt-count', 'attempts', 'attempts-empty', 'events', 'events-empty', 'live-updated', 'live-dot', 'recent-list',
@@ -431,7 +432,7 @@ function showKey(intent, note) {
 async function pay(ev) {
   ev.preventDefault();
   const order = state.order;
-  if (!order || state.paying || order.status !== 'awaiting_payment') return;
+  if (!order || state.paying || state.cancelling || order.status !== 'awaiting_payment') return;
   const tenant = state.tenant;
   let intent = intents.load(tenant, 'payment', order.id);
   const resumed = !!intent;
@@ -524,6 +525,11 @@ function showPayOutcome(answer, chaos) {
     return el.method; // the next step: choose another card
 
   }
+  if (code === 'order_not_payable') {
+    state.order = { ...state.order, status: 'cancelled' };
+    setResult(box, 'info', 'not-payable', h('strong', {}, 'Not payable. '), problemText(answer), ' ', replayed);
+    return;
+  }
   if (code === 'order_already_paid') {
     setResult(box, 'info', 'already-paid', h('strong', {}, 'Already paid. '), problemText(answer), ' ', replayed);
     return;
@@ -532,6 +538,60 @@ function showPayOutcome(answer, chaos) {
 }
 
 el['pay-form'].addEventListener('submit', pay);
+
+// ---------------------------------------------------------------- cancel
+
+/**
+ * Give the order up: POST /v1/orders/{id}/cancel under a key of its own,
+ * kept until a final answer like a payment's. The server refuses while a
+ * payment of the order is at the provider (its outcome unknown) or once it
+ * is paid: the answer says which.
+ */
+async function cancelOrder() {
+  const order = state.order;
+  if (!order || state.paying || state.cancelling || order.status !== 'awaiting_payment') return;
+  const tenant = state.tenant;
+  let intent = intents.load(tenant, 'cancel', order.id);
+  if (!intent) intent = intents.create(tenant, 'cancel', order.id, `/v1/orders/${order.id}/cancel`, { reason: 'cancelled in the shop' });
+  state.cancelling = true;
+  renderPay();
+  replace(el['pay-log']);
+  showKey(intent, 'cancel intent, kept in sessionStorage until a final answer');
+  setResult(el['pay-result'], 'wait', 'pending', 'Cancelling…');
+  const gen = state.gen;
+  try {
+    const run = new IntentRun();
+    const { answer, later } = await submit(state.api, intent, run, requestLog(el['pay-log']));
+    if (gen !== state.gen) return;
+    if (!answer) {
+      el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
+      setResult(el['pay-result'], 'warn', later ? 'later' : 'unresolved', later ? laterText(later)
+        : 'No final answer after several attempts: press Cancel order again to retry with the same key.');
+      return;
+    }
+    intents.clear(tenant, 'cancel', order.id);
+    el['pay-key-note'].textContent = 'final answer received: the key is done';
+    const replayed = answer.replayed ? ' (answer replayed from an earlier attempt)' : '';
+    if (answer.ok) {
+      state.order = answer.body;
+      setResult(el['pay-result'], 'info', 'cancelled', h('strong', {}, 'Order cancelled. '),
+        `It can no longer be paid; a payment under a new key is refused${replayed}.`);
+      loadRecent();
+    } else if (problemCode(answer) === 'order_not_cancellable') {
+      setResult(el['pay-result'], 'bad', 'not-cancellable', h('strong', {}, 'Not cancelled. '), problemText(answer), replayed);
+    } else {
+      setResult(el['pay-result'], 'bad', 'error', h('strong', {}, `${answer.status} ${problemCode(answer) || ''}. `), problemText(answer));
+    }
+  } catch (err) {
+    setResult(el['pay-result'], 'bad', 'error', `Something went wrong in the page: ${err.message}`);
+  } finally {
+    state.cancelling = false;
+    renderPay();
+    refreshLive();
+  }
+}
+
+el['cancel-btn'].addEventListener('click', cancelOrder);
 
 function renderPay() {
   const order = state.order;
@@ -544,7 +604,13 @@ function renderPay() {
   const pending = intents.load(state.tenant, 'payment', order.id);
   const payable = order.status === 'awaiting_payment';
   const btn = el['pay-btn'];
-  btn.disabled = state.paying || !payable;
+  btn.disabled = state.paying || state.cancelling || !payable;
+  const cancel = el['cancel-btn'];
+  cancel.hidden = !payable;
+  cancel.disabled = state.paying || state.cancelling;
+  cancel.setAttribute('aria-busy', state.cancelling ? 'true' : 'false');
+  cancel.textContent = state.cancelling ? 'Cancelling…'
+    : intents.load(state.tenant, 'cancel', order.id) ? 'Retry cancel (same key)' : 'Cancel order';
   btn.setAttribute('aria-busy', state.paying ? 'true' : 'false');
   el.method.disabled = state.paying || !payable || !!pending;
   for (const input of el.chaos.querySelectorAll('input')) input.disabled = state.paying;
@@ -556,7 +622,9 @@ function renderPay() {
     hint.textContent = 'A payment of this order has no final answer yet, so its card is fixed: pressing the button resends the same request with the same key.';
   } else if (!payable) {
     hint.hidden = false;
-    hint.textContent = 'This order is paid. Create a new order to pay again.';
+    hint.textContent = order.status === 'cancelled'
+      ? 'This order is cancelled. Create a new order to buy again.'
+      : 'This order is paid. Create a new order to pay again.';
   } else {
     hint.hidden = true;
   }

@@ -110,6 +110,7 @@ export function tone(status) {
     case 'fulfilled':
       return 'ok';
     case 'failed':
+    case 'cancelled':
       return 'bad';
     case 'pending':
     case 'awaiting_payment':
