@@ -188,8 +188,19 @@ func inFlightAnswers409(ctx context.Context, k *kit) error {
 		if err := isProblem(x, "request_in_progress"); err != nil {
 			return err
 		}
-		_, err := retryAfter(x)
-		return err
+		if _, err := retryAfter(x); err != nil {
+			return err
+		}
+		// The held attempt ended without an outcome: its retry finishes
+		// it, so that the run leaves nothing pending.
+		end, err := k.settle(ctx, r)
+		if err != nil {
+			return err
+		}
+		if err := want(end, http.StatusCreated); err != nil {
+			return fmt.Errorf("the retry after the held request ended: %w", err)
+		}
+		return nil
 	}
 	return fmt.Errorf("no request met the held one in flight: %d duplicates answered %v, the held one %v (did the Hold hold?)", len(answers)-1, statuses(answers[:len(answers)-1]), first.x)
 }
