@@ -46,7 +46,8 @@ test: deps check-generated check-compose lint vuln gosec conform-run conform-clu
 ##          unless BASE runs in demo mode (GET /demo names its keys). One line per case, then "N passed, M failed"
 conform:
 	@[ -n "$(BASE)" ] || { echo "conform: set BASE, e.g. make conform BASE=http://127.0.0.1:8080 [KEYS=key1,key2]" >&2; exit 2; }
-	@$(GO) run ./proving/cmd/conform --base "$(BASE)" $(if $(KEYS),--keys "$(KEYS)")
+	@mkdir -p bin && $(GO) build -o bin/conform ./proving/cmd/conform
+	@bin/conform --base "$(BASE)" $(if $(KEYS),--keys "$(KEYS)")
 
 ## conform-run: the kit against `make run` started in the background on a free loopback port (its own PostgreSQL
 ##              cluster "conform"), stopped whatever the outcome (scripts/conform.sh); make test runs it

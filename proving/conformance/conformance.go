@@ -58,6 +58,9 @@ type Target struct {
 	// the longest retention, then run its sweeper). Nil: the late-retry
 	// case is not applicable.
 	Expire func(ctx context.Context) error
+	// OnResult, when set, is called with each case's result as soon as
+	// the case ends (the command prints its line then).
+	OnResult func(Result)
 }
 
 // Outcome is how a case ended.
@@ -141,23 +144,35 @@ func (r Report) Result(name string) (Result, bool) {
 	return Result{}, false
 }
 
-// Write prints one line per case and then the totals:
-// "N passed, M failed, K not applicable".
+// Write prints one line per case (Result.Line) and then the totals (Totals).
 func (r Report) Write(w io.Writer) error {
 	var b strings.Builder
 	for _, res := range r.Results {
-		fmt.Fprintf(&b, "%s %-34s %s", res.Outcome, res.Case.Name, res.Case.Cite())
-		switch res.Outcome {
-		case Failed:
-			fmt.Fprintf(&b, ": %s", res.Detail)
-		case NotApplicable:
-			fmt.Fprintf(&b, ": not applicable: %s", res.Detail)
-		}
+		b.WriteString(res.Line())
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "%d passed, %d failed, %d not applicable\n", r.Passed(), r.Failed(), r.NotApplicable())
+	b.WriteString(r.Totals())
+	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Totals is the report's last line: "N passed, M failed, K not applicable".
+func (r Report) Totals() string {
+	return fmt.Sprintf("%d passed, %d failed, %d not applicable", r.Passed(), r.Failed(), r.NotApplicable())
+}
+
+// Line is the result's line: its outcome, the case, the rule it checks, and
+// what failed or why it could not run.
+func (res Result) Line() string {
+	line := fmt.Sprintf("%s %-34s %s", res.Outcome, res.Case.Name, res.Case.Cite())
+	switch res.Outcome {
+	case Failed:
+		line += ": " + res.Detail
+	case NotApplicable:
+		line += ": not applicable: " + res.Detail
+	}
+	return line
 }
 
 // notApplicable is a case's answer when the target offers no way to check
@@ -189,6 +204,9 @@ func Run(ctx context.Context, t Target) (Report, error) {
 			res.Outcome, res.Detail = Failed, err.Error()
 		}
 		rep.Results = append(rep.Results, res)
+		if t.OnResult != nil {
+			t.OnResult(res)
+		}
 	}
 	return rep, nil
 }
@@ -226,6 +244,9 @@ func newKit(ctx context.Context, t Target) (*kit, error) {
 	}
 	k.prefix = "conform-" + hex.EncodeToString(p[:])
 	keys := t.APIKeys
+	if len(keys) > 0 && !twoTenants(keys) {
+		return nil, fmt.Errorf("conformance: needs exactly two API keys of two different tenants, got %d", len(keys))
+	}
 	var demo *demoStatus
 	if len(keys) == 0 || k.hold == nil {
 		var err error
@@ -240,8 +261,8 @@ func newKit(ctx context.Context, t Target) (*kit, error) {
 		}
 		keys = []string{demo.Tenants[0].APIKey, demo.Tenants[1].APIKey}
 	}
-	if len(keys) != 2 || keys[0] == "" || keys[1] == "" || keys[0] == keys[1] {
-		return nil, fmt.Errorf("conformance: needs exactly two API keys of two different tenants, got %d", len(keys))
+	if !twoTenants(keys) {
+		return nil, errors.New("conformance: GET /demo names fewer than two demo tenants: pass two tenants' API keys (KEYS=key1,key2)")
 	}
 	k.keys = [2]string{keys[0], keys[1]}
 	if k.hold == nil {
@@ -251,6 +272,12 @@ func newKit(ctx context.Context, t Target) (*kit, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// twoTenants reports whether keys are two API keys, which must be two
+// tenants'.
+func twoTenants(keys []string) bool {
+	return len(keys) == 2 && keys[0] != "" && keys[1] != "" && keys[0] != keys[1]
 }
 
 // key returns a fresh idempotency key of this run; what names the case.

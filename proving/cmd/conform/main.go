@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, errFailed) {
 			return 1
 		}
-		fmt.Fprintf(stderr, "conform: %v\n", err)
+		fmt.Fprintf(stderr, "conform: %s\n", strings.TrimPrefix(err.Error(), "conformance: "))
 		return 2
 	}
 	return 0
@@ -72,14 +72,19 @@ func conform(ctx context.Context, base, keys string, timeout time.Duration, stdo
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	fmt.Fprintf(stdout, "conform: the idempotency contract (docs/CONTRACT.md) against %s\n", base)
+	started := false
+	t.OnResult = func(r conformance.Result) {
+		if !started {
+			fmt.Fprintf(stdout, "conform: the idempotency contract (docs/CONTRACT.md) against %s\n", base)
+			started = true
+		}
+		fmt.Fprintln(stdout, r.Line())
+	}
 	rep, err := conformance.Run(ctx, t)
 	if err != nil {
 		return err
 	}
-	if err := rep.Write(stdout); err != nil {
-		return err
-	}
+	fmt.Fprintln(stdout, rep.Totals())
 	if rep.Failed() > 0 {
 		return errFailed
 	}
