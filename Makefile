@@ -15,7 +15,7 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus run-cluster test deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-compare bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
+.PHONY: run run-citus run-cluster test conform conform-run conform-cluster deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-compare bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -37,8 +37,27 @@ run-cluster: build nats-server
 	@exec scripts/run-cluster.sh
 
 ## test: every check CI runs: generated code, compose file, formatting, go.mod tidy, vet, staticcheck,
-##       known vulnerabilities, gosec, all tests with -race (and every Go benchmark once, so none rots)
-test: deps check-generated check-compose lint vuln gosec unit
+##       known vulnerabilities, gosec, the conformance kit against `make run` and `make run-cluster`, all tests
+##       with -race (and every Go benchmark once, so none rots)
+test: deps check-generated check-compose lint vuln gosec conform-run conform-cluster unit
+
+## conform: the conformance kit (proving/conformance), a black-box suite of docs/CONTRACT.md, against the service
+##          at BASE (make conform BASE=http://127.0.0.1:8080); KEYS=key1,key2 are two tenants' API keys, needed
+##          unless BASE runs in demo mode (GET /demo names its keys). One line per case, then "N passed, M failed"
+conform:
+	@[ -n "$(BASE)" ] || { echo "conform: set BASE, e.g. make conform BASE=http://127.0.0.1:8080 [KEYS=key1,key2]" >&2; exit 2; }
+	@mkdir -p bin && $(GO) build -o bin/conform ./proving/cmd/conform
+	@bin/conform --base "$(BASE)" $(if $(KEYS),--keys "$(KEYS)")
+
+## conform-run: the kit against `make run` started in the background on a free loopback port (its own PostgreSQL
+##              cluster "conform"), stopped whatever the outcome (scripts/conform.sh); make test runs it
+conform-run: build
+	@scripts/conform.sh run
+
+## conform-cluster: the kit against `make run-cluster` (its own Citus and NATS clusters "clusterconform", two
+##                  replicas behind HAProxy) started the same way, all of it stopped afterwards; make test runs it
+conform-cluster: build nats-server
+	@scripts/conform.sh cluster
 
 ## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
 deps:
@@ -48,6 +67,7 @@ build:
 	@mkdir -p bin
 	$(GO) build -o bin/api ./cmd/api
 	$(GO) build -o bin/pspsim ./proving/cmd/pspsim
+	$(GO) build -o bin/conform ./proving/cmd/conform
 
 ## nats-server: bin/nats-server, the version go.mod pins (the one api serve embeds), which
 ##              scripts/nats-cluster.sh runs as a three-server JetStream cluster
@@ -240,8 +260,8 @@ chaos-cluster-short:
 
 ## pg-stop: stop the private PostgreSQL and Citus clusters (make run-cluster's too)
 pg-stop:
-	@for c in dev test bench chaos; do scripts/postgres.sh --stop $$c; done
-	@for c in citusdev citustest citusbench clusterdev; do scripts/citus.sh --stop $$c; done
+	@for c in dev test bench chaos conform; do scripts/postgres.sh --stop $$c; done
+	@for c in citusdev citustest citusbench clusterdev clusterconform; do scripts/citus.sh --stop $$c; done
 
 clean: pg-stop
 	@for d in .data/nats-cluster-*/; do [ -d "$$d" ] || continue; d=$${d%/}; scripts/nats-cluster.sh --stop "$${d#.data/nats-cluster-}"; done

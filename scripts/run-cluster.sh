@@ -24,7 +24,10 @@
 # clusterdev the NATS one; make clean stops both and deletes their data). With PSP_URL set no
 # simulator is started: the replicas use the provider you named (and your
 # PSP_API_KEY and PSP_WEBHOOK_SECRETS). DATABASE_URL and NATS_URL of the
-# environment are not used: the point is the clusters.
+# environment are not used: the point is the clusters. RUN_CLUSTER_NAME
+# names the Citus and NATS clusters and the run's folder (default
+# clusterdev, .data/run-cluster), so that a second topology (make
+# conform-cluster's) runs beside the demo's without sharing its data.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,9 +39,10 @@ fail() {
   exit 1
 }
 
-name=clusterdev
+name=${RUN_CLUSTER_NAME:-clusterdev}
 replicas=2
 run="$root/.data/run-cluster"
+[ "$name" = clusterdev ] || run="$root/.data/run-$name"
 export DEMO_MODE="${DEMO_MODE:-true}"
 addr="${HTTP_ADDR:-127.0.0.1:8080}"
 # The simulator's webhook URL doubles as the check that HTTP_ADDR has a
