@@ -57,7 +57,7 @@ func Cases() []Case {
 			"rate_limited (with Retry-After; only demo mode's POST /demo/events/{id}/replay, per tenant)",
 			rateLimitedNotStored},
 		{"business-failures-are-stored", "outcomes",
-			"What is stored and replayed: every outcome after execution began: 2xx, and business failures (402 card_declined, 409 order_already_paid, 422 refund_exceeds_payment).",
+			"What is stored and replayed: every outcome after execution began: 2xx, and business failures (402 card_declined, 409 order_already_paid, 409 order_not_payable, 409 order_not_cancellable, 422 refund_exceeds_payment).",
 			businessFailuresStored},
 		{"concurrent-duplicates-one-effect", "in-short",
 			"Same key while the first still runs: a brief wait and a replay, or 409 request_in_progress with Retry-After.",
