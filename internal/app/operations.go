@@ -25,13 +25,7 @@ func Operations() []operation.Spec {
 }
 
 // idempotencyPolicy is the default retention of every registered operation.
-func idempotencyPolicy(specs []operation.Spec) idempotency.Policy {
-	p := make(idempotency.Policy, len(specs))
-	for _, s := range specs {
-		p[s.Name] = s.Retention
-	}
-	return p
-}
+func idempotencyPolicy(specs []operation.Spec) idempotency.Policy { return operation.PolicyOf(specs) }
 
 // covers is what each registered operation's retention must cover.
 func covers(specs []operation.Spec) retention.Covers {

@@ -125,7 +125,7 @@ func (b *testBundle) runDispatcher(t *testing.T) {
 
 // newOrderService is the orders feature the consumer ships through.
 func newOrderService(pool *pgxpool.Pool, logger *slog.Logger, now func() time.Time) *orders.Service {
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour}, now, idempotency.WithLease(30*time.Second))
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), now, idempotency.WithLease(30*time.Second))
 	return orders.NewService(pool, operation.NewRunner(pool, store, logger), now)
 }
 

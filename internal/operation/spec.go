@@ -38,3 +38,18 @@ func (s Spec) Check() error {
 	}
 	return nil
 }
+
+// PolicyOf is the idempotency retention of the operations specs declare,
+// each its Spec.Retention: what the service's registry gives the store
+// (internal/app), and what a package's tests give theirs, so that an
+// operation a feature registers is known to its tests as soon as it is
+// declared (internal/app TestEveryOperationIsKnownEverywhere).
+func PolicyOf(specs ...[]Spec) idempotency.Policy {
+	p := idempotency.Policy{}
+	for _, list := range specs {
+		for _, s := range list {
+			p[s.Name] = s.Retention
+		}
+	}
+	return p
+}

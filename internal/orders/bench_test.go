@@ -53,7 +53,7 @@ func benchHandler(b *testing.B) (http.Handler, testkit.Tenant) {
 	pool := testkit.Pool(b)
 	demo := testkit.SeedDemo(b, pool)
 	logger := testkit.Logger(b)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, time.Now, idempotency.WithLease(30*time.Second))
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), time.Now, idempotency.WithLease(30*time.Second))
 	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), time.Now)
 	if err := svc.SeedCatalog(context.Background(), demo["acme"].ID, orders.DemoCatalog()); err != nil {
 		b.Fatal(err)

@@ -155,7 +155,7 @@ func TestCancelWithoutLivePaymentNeverCancels(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o, _ := b.create(t, b.acme, "cancel-order-blind", cancelOrderBody)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCancel: time.Hour}, time.Now)
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), time.Now)
 	blind := orders.NewService(b.pool, operation.NewRunner(b.pool, store, testkit.Logger(t)), time.Now)
 	fp, err := idempotency.NewFingerprint(orders.OpCancel, []string{o.ID.String()}, []byte(`{}`))
 	if err != nil {

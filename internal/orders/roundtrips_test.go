@@ -32,7 +32,7 @@ func TestCreateRoundTrips(t *testing.T) {
 	// The orders service's pool goes through the counter, one connection:
 	// every round trip of a create is on it.
 	counted, counter := testkit.CountedPool(t, pool)
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, clock.Now, idempotency.WithLease(30*time.Second))
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), clock.Now, idempotency.WithLease(30*time.Second))
 	svc := orders.NewService(counted, operation.NewRunner(counted, store, logger), clock.Now)
 	if err := svc.SeedCatalog(context.Background(), demo["acme"].ID, orders.DemoCatalog()); err != nil {
 		t.Fatal(err)

@@ -41,11 +41,7 @@ func setup(t *testing.T) *testBundle {
 	demo := testkit.SeedDemo(t, pool)
 	clock := testkit.NewClock()
 	logger := testkit.Logger(t)
-	policy := idempotency.Policy{}
-	for _, s := range orders.Specs() {
-		policy[s.Name] = s.Retention
-	}
-	store := idempotency.NewStore(policy, clock.Now, idempotency.WithLease(30*time.Second))
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), clock.Now, idempotency.WithLease(30*time.Second))
 	svc := orders.NewService(pool, operation.NewRunner(pool, store, logger), clock.Now, orders.WithLivePayment(payments.HasLivePayment))
 	for _, tn := range demo {
 		if err := svc.SeedCatalog(context.Background(), tn.ID, orders.DemoCatalog()); err != nil {

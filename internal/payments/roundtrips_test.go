@@ -7,6 +7,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/testkit"
 	"github.com/oncepay/oncepay/proving/pspsim"
@@ -28,7 +29,7 @@ func TestPaymentRoundTrips(t *testing.T) {
 	// every round trip of a payment is on it. The orders for it are created
 	// on the bundle's own pool, not counted.
 	counted, counter := testkit.CountedPool(t, b.pool)
-	policy := idempotency.Policy{payments.OpPay: payments.MoneyRetention, payments.OpRefund: payments.MoneyRetention}
+	policy := operation.PolicyOf(orders.Specs(), payments.Specs())
 	store := idempotency.NewStore(policy, b.clock.Now, idempotency.WithLease(lease))
 	svc := payments.NewService(counted, operation.NewRunner(counted, store, logger), b.orders,
 		payments.NewProvider(b.simURL, payments.WithAPIKey("sk_sim_test")), logger, b.clock.Now)

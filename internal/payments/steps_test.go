@@ -69,7 +69,7 @@ func setup(t *testing.T) *bundle {
 		c := b.crash.Load()
 		return c != nil && *c == want && b.crash.CompareAndSwap(c, nil)
 	}
-	policy := idempotency.Policy{orders.OpCreate: 7 * 24 * time.Hour, payments.OpPay: payments.MoneyRetention, payments.OpRefund: payments.MoneyRetention}
+	policy := operation.PolicyOf(orders.Specs(), payments.Specs())
 	store := idempotency.NewStore(policy, b.clock.Now, idempotency.WithLease(lease))
 	ops := operation.NewRunner(b.pool, store, logger, operation.WithHooks(operation.Hooks{
 		BeforeCall: func(idempotency.Operation, idempotency.RecoveryPoint) error {

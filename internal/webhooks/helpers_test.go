@@ -94,7 +94,7 @@ func setup(t *testing.T) *bundle {
 // newWorker returns a worker with its own payments service, as another
 // process would have. The provider is never called on the worker's path.
 func newWorker(pool *pgxpool.Pool, clk *testkit.Clock, logger *slog.Logger) *webhooks.Worker {
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: time.Hour, payments.OpPay: time.Hour, payments.OpRefund: time.Hour}, clk.Now, idempotency.WithLease(30*time.Second))
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs(), payments.Specs()), clk.Now, idempotency.WithLease(30*time.Second))
 	ops := operation.NewRunner(pool, store, logger)
 	svc := payments.NewService(pool, ops, orders.NewService(pool, ops, clk.Now),
 		payments.NewProvider("http://127.0.0.1:1", payments.WithTimeout(time.Second)), logger, clk.Now)

@@ -134,7 +134,7 @@ func seedDemo(t *testing.T, pool *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := idempotency.NewStore(idempotency.Policy{orders.OpCreate: orders.Specs()[0].Retention}, time.Now)
+	store := idempotency.NewStore(operation.PolicyOf(orders.Specs()), time.Now)
 	svc := orders.NewService(pool, operation.NewRunner(pool, store, slog.New(slog.DiscardHandler)), time.Now)
 	for _, tn := range seeded {
 		if err := svc.SeedCatalog(ctx, tn.ID, orders.DemoCatalog()); err != nil {
