@@ -48,7 +48,7 @@ func TestEveryOperationIsKnownEverywhere(t *testing.T) {
 			continue
 		}
 		for _, chunk := range regexp.MustCompile(`\{[^}]*\}`).Split(path, -1) {
-			if chunk != "" && !strings.Contains(clientSrc, `"`+chunk) {
+			if chunk != "" && !strings.Contains(clientSrc, `"`+chunk+`"`) {
 				t.Errorf("%s: the Go client sends nothing to %s (add a method in client/client.go)", name, path)
 				break
 			}
