@@ -110,6 +110,15 @@ func toProblem(err error) *problem.Error {
 		return &problem.Error{Code: problem.ServiceUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "The database is not reachable or did not answer in time. Retry shortly; with the same Idempotency-Key a retry is safe."}
 	}
+	if postgres.IsLockTimeout(err) {
+		// Another transaction held a row this request needed for longer
+		// than the lock timeout (a concurrent payment of the same order
+		// whose transaction waited out a database outage): this request's
+		// transaction rolled back whole, and the same request later finds
+		// the row free.
+		return &problem.Error{Code: problem.ServiceUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "Another request held what this one needs for too long. Retry shortly; with the same Idempotency-Key a retry is safe."}
+	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		switch he.Code {

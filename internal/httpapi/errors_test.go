@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
@@ -93,6 +94,8 @@ var statuses = map[problem.Code]int{
 	problem.RequestInProgress:          409,
 	problem.AwaitingOperator:           409,
 	problem.OrderAlreadyPaid:           409,
+	problem.OrderNotPayable:            409,
+	problem.OrderNotCancellable:        409,
 	problem.PaymentNotRefundable:       409,
 	problem.RequestTooLarge:            413,
 	problem.RequestTimeout:             408,
@@ -232,6 +235,24 @@ func TestEchoErrorsAnswerWithTheServicesCodes(t *testing.T) {
 				t.Fatalf("detail %q repeats echo's message", p.Detail)
 			}
 		})
+	}
+}
+
+// A database that is away, and a row lock held past the lock timeout (the
+// chaos run saw one while a concurrent payment of the same order waited out
+// a database outage), are retryable: 503 with Retry-After, never a 500.
+func TestRetryableDatabaseErrorsAreUnavailable(t *testing.T) {
+	t.Parallel()
+	s := serve(t, func(e *echo.Echo) {
+		e.GET("/lock-timeout", fail(fmt.Errorf("advance order: %w", &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"})))
+		e.GET("/terminated", fail(fmt.Errorf("query: %w", &pgconn.PgError{Code: "57P01"})))
+	})
+	for _, path := range []string{"/lock-timeout", "/terminated"} {
+		r := s.do(t, http.MethodGet, path, nil)
+		testkit.WantProblem(t, r, http.StatusServiceUnavailable, problem.ServiceUnavailable)
+		if r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", path)
+		}
 	}
 }
 
