@@ -54,9 +54,12 @@ starter:
 	@scripts/starter.sh "$(MODULE)" $(DIR)
 
 ## starter-check: make starter on a throwaway copy of this checkout (.data/starter-check), then the copy's
-##                gofmt, vet and tests with -race on the test PostgreSQL (make test runs it last)
+##                gofmt, vet and tests with -race, on the PostgreSQL and the Citus cluster of make test
+##                (the copy's Citus-only tests; the second run of the contract on Citus is left to make test)
 starter-check:
+	@scripts/citus.sh --install
 	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
+	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
 	 scripts/starter.sh --check
 # starter:remove end
 

@@ -41,6 +41,7 @@ REMOVE=(
   docs/DEMO.md
   docs/screenshot.png
   scripts/starter.sh
+  scripts/starter_test.go
 )
 # Named nowhere in what a reader of the result follows: the README, the
 # pages under docs/, the Makefile, the scripts, the deployment files and
@@ -126,6 +127,13 @@ make_starter() {
   done < <(grep -rlIF --exclude-dir=.git --exclude-dir=.data -e "$MARK_BEGIN" -e "$MARK_END" -e "$MARK_LINE" . | sort)
   [ "$bad" = 0 ] || die "unbalanced markers: nothing was checked"
 
+  # Nothing left names what is gone.
+  if grep -rnIE "${GONE_RECORDS[@]}" "$GONE_PATTERN" "${GONE_CHECKED[@]}" >&2; then
+    die "the lines above name something the starter removed: mark them (docs/FORKING.md)"
+  fi
+  if grep -rnIF --exclude-dir=.git --exclude-dir=.data --exclude-dir=bin "starter:remove" . >&2; then
+    die "the lines above still carry a starter marker"
+  fi
   # The module path, everywhere it is written (go.mod, imports, tools/go.mod, docs).
   while IFS= read -r f; do
     OLD="$old" NEW="$module" perl -pi -e 's/\Q$ENV{OLD}\E/$ENV{NEW}/g' "$f"
@@ -137,13 +145,6 @@ make_starter() {
   "$GO" mod tidy
   "$GO" -C tools mod tidy
 
-  # Nothing left names what is gone.
-  if grep -rnIE "${GONE_RECORDS[@]}" "$GONE_PATTERN" "${GONE_CHECKED[@]}" >&2; then
-    die "the lines above name something the starter removed: mark them (docs/FORKING.md)"
-  fi
-  if grep -rnIF --exclude-dir=.git --exclude-dir=.data --exclude-dir=bin "starter:remove" . >&2; then
-    die "the lines above still carry a starter marker"
-  fi
   "$GO" build ./... || die "the starter does not build"
   "$GO" vet ./... || die "the starter's tests do not vet"
   echo "starter.sh: $module in $dir: removed $files files and $lines lines; the module renamed from $old"

@@ -27,9 +27,9 @@ import (
 // A 5xx is logged once, on the request's own line, at ERROR: that line
 // carries the request id, the method, the route, the status, the error and
 // its code, whichever way the error reached the error handler (returned by
-// the handler, recovered from a panic, or after the answer was sent; the
-// demo's lost answers: internal/demo TestALostAnswersFailureIsLoggedOnce). Two ERROR lines for one failure would double every
-// alert that counts them.
+// the handler, recovered from a panic, or after the answer was sent; an
+// answer a demo loses on purpose has its own test where the demo is). Two
+// ERROR lines for one failure would double every alert that counts them.
 func TestA5xxIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}

@@ -121,10 +121,10 @@ func WithAdmission(a *Admission) Option {
 	}
 }
 
-// WithRoutes adds routes that are not the service's own (the demo's: the
-// web UI and internal/demo, wired by internal/app): add receives the
-// service's echo after its routes and the middleware that authenticates a
-// tenant for /v1, to attach to the routes that need a tenant.
+// WithRoutes adds routes that are not part of the service's contract, a
+// demo's for one: add receives the service's echo after its own routes,
+// and the middleware that authenticates a tenant for /v1, to attach to the
+// routes that need a tenant.
 func WithRoutes(add func(e *echo.Echo, auth echo.MiddlewareFunc)) Option {
 	return func(o *options) {
 		if add != nil {
@@ -134,8 +134,8 @@ func WithRoutes(add func(e *echo.Echo, auth echo.MiddlewareFunc)) Option {
 }
 
 // WithOuterMiddleware runs mw on every request, inside the request log and
-// the deadline and outside Recover (the demo's lost answers: a request whose
-// answer is lost on purpose is lost even when it is a 500).
+// the deadline and outside Recover, so that what mw does to an answer (a
+// demo that loses it on purpose) applies to a 500 too.
 func WithOuterMiddleware(mw echo.MiddlewareFunc) Option {
 	return func(o *options) {
 		if mw != nil {
@@ -149,7 +149,7 @@ func WithOuterMiddleware(mw echo.MiddlewareFunc) Option {
 // /metrics, receiver the provider's webhooks, tenantSvc authenticates the
 // /v1 routes, which orderAPI, paymentAPI and eventAPI serve. logger gets one
 // line per request; a 5xx's is at ERROR and carries its cause. Every route
-// is here but the demo's (WithRoutes).
+// of the service is here (WithRoutes adds others).
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
 	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
