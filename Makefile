@@ -63,7 +63,7 @@ starter-check:
 	 scripts/starter.sh --check
 # starter:remove end
 
-## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
+## deps: install the Debian packages the tests need when missing (scripts/deps.sh)
 deps:
 	@scripts/deps.sh
 

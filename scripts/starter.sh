@@ -6,7 +6,8 @@
 # targets and the pages and lines of the docs that describe only them.
 #
 #   scripts/starter.sh MODULE          in place, in a checkout without
-#                                      uncommitted changes (git undoes it)
+#                                      uncommitted changes (git undoes it);
+#                                      the result is staged, to commit
 #   scripts/starter.sh MODULE DIR      in a new folder DIR: a copy of the
 #                                      checkout's files (git ls-files), made
 #                                      a git repository
@@ -88,9 +89,12 @@ cut_marked() {
   tmp=$(mktemp)
   if ! awk -v b="$MARK_BEGIN" -v e="$MARK_END" -v l="$MARK_LINE" -v f="$f" '
       index($0, b) { if (open) { printf "starter.sh: %s:%d: a second \"%s\" before \"%s\" (line %d)\n", f, NR, b, e, open > "/dev/stderr"; bad = 1; exit 1 } open = NR; next }
-      index($0, e) { if (!open) { printf "starter.sh: %s:%d: \"%s\" without a \"%s\" before it\n", f, NR, e, b > "/dev/stderr"; bad = 1; exit 1 } open = 0; next }
-      index($0, l) { next }
-      !open { print }
+      index($0, e) { if (!open) { printf "starter.sh: %s:%d: \"%s\" without a \"%s\" before it\n", f, NR, e, b > "/dev/stderr"; bad = 1; exit 1 } open = 0; cut = 1; next }
+      index($0, l) { cut = 1; next }
+      open { next }
+      # A cut between two blank lines leaves one.
+      cut && $0 == "" && blank { cut = 0; next }
+      { print; blank = ($0 == ""); cut = 0 }
       END { if (!bad && open) { printf "starter.sh: %s:%d: \"%s\" never ended (\"%s\")\n", f, open, b, e > "/dev/stderr"; exit 1 } }
     ' "$f" >"$tmp"; then
     rm -f "$tmp"
@@ -147,7 +151,10 @@ make_starter() {
 
   "$GO" build ./... || die "the starter does not build"
   "$GO" vet ./... || die "the starter's tests do not vet"
-  echo "starter.sh: $module in $dir: removed $files files and $lines lines; the module renamed from $old"
+  # Staged, so that git ls-files (make lint) lists the starter's files and
+  # git diff --cached shows what changed, ready to commit.
+  git add -A
+  echo "starter.sh: $module in $dir: removed $files files and $lines lines; the module renamed from $old (staged: git diff --cached)"
 }
 
 case "${1:-}" in
