@@ -15,7 +15,10 @@ STATICCHECK := $(TOOL) staticcheck
 # connections, and only those, turn it off.
 TEST_PG_OPTS := -c fsync=off -c full_page_writes=off
 
-.PHONY: run run-citus run-cluster test conform conform-run conform-cluster deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz bench bench-compare bench-citus bench-outbox overload chaos chaos-cluster-short pg-stop clean
+.PHONY: run run-citus run-cluster test conform conform-run conform-cluster deps build nats-server generate check-generated check-compose lint vuln gosec unit fuzz pg-stop clean
+# starter:remove begin
+.PHONY: starter starter-check bench bench-compare bench-citus bench-outbox overload chaos chaos-cluster-short
+# starter:remove end
 
 ## run: the demo API on http://127.0.0.1:8080 (HTTP_ADDR to change), demo tenants seeded, and the
 ##      payment simulator as its own process with a key and a webhook secret made for this run
@@ -59,7 +62,28 @@ conform-run: build
 conform-cluster: build nats-server
 	@scripts/conform.sh cluster
 
-## deps: install the Debian packages the tests need (chromium, docker-compose) when missing
+# starter:remove begin
+test: starter-check
+
+## starter: turn this checkout into the start of a service of your own, MODULE its Go module
+##          (e.g. example.com/acme/pay): the module renamed, the demo UI, the /demo routes, the chaos run and
+##          the benchmarks removed; in place (a checkout without uncommitted changes), or in a new folder DIR
+##          (scripts/starter.sh, docs/FORKING.md)
+starter:
+	@[ -n "$(MODULE)" ] || { echo "starter: name your module: make starter MODULE=example.com/acme/pay [DIR=../pay]" >&2; exit 2; }
+	@scripts/starter.sh "$(MODULE)" $(DIR)
+
+## starter-check: make starter on a throwaway copy of this checkout (.data/starter-check), then the copy's
+##                gofmt, vet and tests with -race, on the PostgreSQL and the Citus cluster of make test
+##                (the copy's Citus-only tests; the second run of the contract on Citus is left to make test)
+starter-check:
+	@scripts/citus.sh --install
+	@DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/postgres.sh test)"; export DATABASE_URL; \
+	 CITUS_DATABASE_URL="$$(PG_SERVER_OPTS='$(TEST_PG_OPTS)' scripts/citus.sh citustest)"; export CITUS_DATABASE_URL; \
+	 scripts/starter.sh --check
+# starter:remove end
+
+## deps: install the Debian packages the tests need when missing (scripts/deps.sh)
 deps:
 	@scripts/deps.sh
 
@@ -133,12 +157,15 @@ CITUS_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/vendor/citus-13.*.tar.gz
 export CITUS_SRC
 # The packages whose tests run a second time on Citus (and every migration,
 # down and up, by internal/postgres TestMigrateDownAndUp): the end-to-end
-# contract (internal/app) and every background role's own tests. The
-# browser tests drive the UI over the same API and ran on PostgreSQL
-# already: the second run leaves them out (CITUS_TEST_SKIP).
+# contract (internal/app) and every background role's own tests.
 CITUS_TEST_PKGS := ./internal/app/ ./internal/outbox/ ./internal/operation/ ./internal/retention/ ./internal/webhooks/ \
 	./internal/fulfillment/ ./internal/payments/ ./internal/orders/ ./internal/idempotency/ ./internal/inbox/ ./internal/attention/
+CITUS_TEST_SKIP :=
+# starter:remove begin
+# The browser tests drive the UI over the same API and ran on PostgreSQL
+# already: the second run leaves them out.
 CITUS_TEST_SKIP := ^TestBrowser$$
+# starter:remove end
 
 unit:
 	@scripts/citus.sh --install
@@ -161,6 +188,7 @@ fuzz:
 	   done; \
 	 done
 
+# starter:remove begin
 ## bench: POST /v1/orders (fresh and replayed keys) vs the same SQL run directly, on a durable private
 ##        PostgreSQL; BENCH_DURATION per scenario (default 10s), BENCH_ARGS for more flags, BENCH_TUNING for
 ##        the API's tuning file (api serve --tuning, docs/CONFIGURATION.md), BENCH_API_ENV for more of its
@@ -257,6 +285,8 @@ chaos:
 chaos-cluster-short:
 	@scripts/citus.sh --install
 	$(GO) test -count=1 -timeout 15m -run TestChaosClusterShort -v ./proving/chaos/
+
+# starter:remove end
 
 ## pg-stop: stop the private PostgreSQL and Citus clusters (make run-cluster's too)
 pg-stop:

@@ -1,6 +1,9 @@
-# pspsim.sh: sourced by scripts/run.sh (make run) and by make bench to run the
-# payment simulator (bin/pspsim, from proving/cmd/pspsim) as its own process
-# beside the API, which never runs a provider itself.
+# pspsim.sh: sourced by scripts/run.sh (make run) to run the payment
+# simulator (bin/pspsim, from proving/cmd/pspsim) as its own process beside
+# the API, which never runs a provider itself.
+# starter:remove begin
+# The Makefile's bench target sources it too.
+# starter:remove end
 #
 #   pspsim_start WEBHOOK_URL LOG   start it on a free loopback port with an API
 #                                  key and a webhook secret made for this run;

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/attention"
 	"github.com/oncepay/oncepay/internal/broker"
-	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/fulfillment"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -101,16 +99,6 @@ func (a *App) build(ctx context.Context) (err error) {
 	}
 	a.webhookWorker = webhooks.NewWorker(pool, a.payments, logger, now, webhooks.WithRoundTimeout(cfg.WriteTimeout),
 		webhooks.WithSignal(a.events), webhooks.WithApplyObserver(m.WebhookProcessed), webhooks.WithTracerProvider(tp))
-	demoOpts := []demo.HandlerOption{
-		demo.WithDemoMode(cfg.DemoMode),
-		demo.WithReplay(func(ctx context.Context, id uuid.UUID) error {
-			_, err := a.outboxAdmin.Replay(ctx, id)
-			return err
-		}),
-	}
-	if cfg.PSPURL != "" { // without one there is no provider to ask for its ledger or faults
-		demoOpts = append(demoOpts, demo.WithSimulator(demo.NewSimulator(cfg.PSPURL, demo.WithAPIKey(cfg.PSPAPIKey), demo.WithTimeout(cfg.PSPTimeout))))
-	}
 	a.sweeper = newSweeper(pool, cfg, idem, logger, now,
 		retention.WithReportObserver(func(r retention.Report) { m.Swept(r.Deleted, r.Stuck) }))
 	admission := httpapi.NewAdmission(cfg.Tuning.MaxInFlight, cfg.Tuning.AdmissionWait,
@@ -120,6 +108,18 @@ func (a *App) build(ctx context.Context) (err error) {
 		httpapi.PoolAPI: admission.Limit(httpapi.PoolAPI), httpapi.PoolWebhooks: admission.Limit(httpapi.PoolWebhooks),
 	})
 	m.WatchConnections(a.conns.Open, a.conns.Limit(), a.conns.Reclaimed)
+	httpOpts := []httpapi.Option{
+		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
+		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
+		httpapi.WithRequestObserver(m.HTTP),
+		httpapi.WithAdminAuthObserver(m.AdminAuthFailure),
+		httpapi.WithClock(now),
+		httpapi.WithAdmission(admission),
+		httpapi.WithRequestTimeout(cfg.WriteTimeout),
+	}
+	// starter:remove begin (make starter cuts this block: docs/FORKING.md)
+	httpOpts = append(httpOpts, a.demoHTTP(orderSvc)...) // the web UI and /demo (demo.go)
+	// starter:remove end
 	a.api = httpapi.New(pool, m.Handler(),
 		webhooks.NewReceiver(pool, a.verifier, logger, now,
 			webhooks.WithNotify(a.webhookWorker.Notify), webhooks.WithResultObserver(m.Webhook)),
@@ -127,15 +127,7 @@ func (a *App) build(ctx context.Context) (err error) {
 		orders.NewHandler(orderSvc),
 		payments.NewHandler(a.payments),
 		outbox.NewHandler(pool),
-		demo.NewHandler(pool, orderSvc, a.payments, logger, now, demoOpts...),
-		logger,
-		httpapi.WithOutboxAdmin(outbox.NewAdminHandler(a.outboxAdmin), cfg.AdminToken),
-		httpapi.WithAttentionAdmin(attention.NewAdminHandler(NewAttentionAdmin(pool, idem, now, logger.With("component", "attention-admin"))), cfg.AdminToken),
-		httpapi.WithRequestObserver(m.HTTP),
-		httpapi.WithAdminAuthObserver(m.AdminAuthFailure),
-		httpapi.WithClock(now),
-		httpapi.WithAdmission(admission),
-		httpapi.WithRequestTimeout(cfg.WriteTimeout))
+		logger, httpOpts...)
 	if traced {
 		// The request's server span wraps the whole handler; httpapi names
 		// it after the route and puts the tenant and the idempotency

@@ -115,7 +115,7 @@ func TestMetricsCountFailedPublishAttempts(t *testing.T) {
 // metric that a refactor disconnects from its observer fails here.
 func TestMetricsCoverEveryMechanism(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *app.Config) {
+	b := setup(t, withAdminToken, func(c *app.Config) {
 		c.Tuning.NATSDuplicateWindow = time.Second // so an operator replay reaches the consumer
 	})
 	ctx := context.Background()
@@ -174,8 +174,8 @@ func TestMetricsCoverEveryMechanism(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "the event to be published more than the duplicate window ago", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND published_at < now() - interval '2 seconds'`, eventID) == 1
 	})
-	// The operator's replay, through the demo surface (demo mode is on).
-	if r := b.do(t, "POST", "/demo/events/"+eventID+"/replay", acme, "", ""); r.status != http.StatusAccepted {
+	// The operator's replay.
+	if r := b.do(t, "POST", "/admin/outbox/events/"+eventID+"/replay", openAPIAdminToken, "", ""); r.status != http.StatusOK {
 		t.Fatalf("replay: %d %s", r.status, r.body)
 	}
 	b.waitForSeries(t, 20*time.Second, `oncepay_consumer_messages_total{result="duplicate",subscriber="fulfillment"}`, "the replay counted as a duplicate", atLeast(1))

@@ -102,7 +102,6 @@ func TestBodyLimitIsExactly64KiB(t *testing.T) {
 	if d, _ := p["detail"].(string); !strings.Contains(d, "65536 bytes") {
 		t.Fatalf("detail %q does not name the limit", d)
 	}
-	wantProblem(t, b.do(t, "PUT", "/demo/faults", acme, "", padTo(`{"fail_next":1}`, limit+1)), http.StatusRequestEntityTooLarge, "request_too_large")
 	wantProblem(t, b.do(t, "POST", "/webhooks/psp", "", "", padTo(`{}`, limit+1)), http.StatusRequestEntityTooLarge, "request_too_large")
 	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key = 'limit-over'`); n != 0 {
 		t.Fatalf("records of the refused request = %d, want 0", n)
@@ -146,7 +145,6 @@ func TestClientHangingUpMidBodyIsAClientError(t *testing.T) {
 		{"POST", "/v1/orders", "/v1/orders", acme, "hangup-1", orderBody},
 		{"POST", "/v1/orders/" + orderID + "/payments", "/v1/orders/:id/payments", acme, "hangup-2", `{"payment_method":"pm_card_ok"}`},
 		{"POST", "/webhooks/psp", "/webhooks/psp", "", "", `{"id":"evt_1","type":"charge.succeeded"}`},
-		{"PUT", "/demo/faults", "/demo/faults", acme, "", `{"fail_next":1}`},
 	} {
 		conn, err := net.Dial("tcp", b.addr)
 		if err != nil {
@@ -220,8 +218,6 @@ func TestRequestMemberNamesMatchExactly(t *testing.T) {
 		{"payment duplicate", "POST", "/v1/orders/" + orderID + "/payments", `{"payment_method":"pm_card_ok","payment_method":"pm_card_declined"}`, "400", "invalid_json", ""},
 		{"refund amount", "POST", "/v1/payments/" + paymentID + "/refunds", `{"amount":1,"AMOUNT":2}`, "422", "validation_failed", "AMOUNT"},
 		{"refund duplicate", "POST", "/v1/payments/" + paymentID + "/refunds", `{"amount":1,"amount":2}`, "400", "invalid_json", ""},
-		{"demo faults", "PUT", "/demo/faults", `{"FAIL_NEXT":1}`, "422", "validation_failed", "FAIL_NEXT"},
-		{"demo faults duplicate", "PUT", "/demo/faults", `{"fail_next":0,"fail_next":1}`, "400", "invalid_json", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := ""
@@ -241,9 +237,6 @@ func TestRequestMemberNamesMatchExactly(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM api_idempotency WHERE idempotency_key LIKE 'names-%' AND idempotency_key <> 'names-order'`); n != 0 {
 		t.Fatalf("refused requests left %d idempotency records, want 0", n)
-	}
-	if got := b.do(t, "GET", "/demo/faults", acme, "", ""); !strings.Contains(string(got.body), `"fail_next":0`) {
-		t.Fatalf("faults after the refused PUTs = %s, want none armed", got.body)
 	}
 
 	// The provider's events are open objects: a member that differs from a
@@ -322,25 +315,6 @@ func TestFailedAdminAuthenticationsAreLimitedAndCounted(t *testing.T) {
 	b.clock.Advance(httpapi.AdminAuthEvery)
 	if r := b.admin(t, "GET", "/admin/attention"); r.status != http.StatusOK {
 		t.Fatalf("a refill later, the right token: %d %s", r.status, r.body)
-	}
-}
-
-// Outside demo mode every /demo endpoint answers 404, as a route that does
-// not exist would, with a key, with a wrong one and without one: a 401
-// would say that the endpoint is there.
-func TestDemoEndpointsAre404OutsideDemoModeWithOrWithoutAKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *app.Config) { c.DemoMode = false })
-	for _, r := range []struct{ method, path, body string }{
-		{"GET", "/demo", ""},
-		{"GET", "/demo/faults", ""},
-		{"PUT", "/demo/faults", `{"drop_next":1}`},
-		{"GET", "/demo/orders/01a22931-c9da-71c4-a494-fc128972f4cb/payments", ""},
-		{"POST", "/demo/events/01a22931-c9da-71c4-a494-fc128972f4cb/replay", ""},
-	} {
-		for _, apiKey := range []string{"", "sk_test_unknown"} {
-			wantProblem(t, b.do(t, r.method, r.path, apiKey, "", r.body), http.StatusNotFound, "not_found")
-		}
 	}
 }
 

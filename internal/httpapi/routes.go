@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/oncepay/oncepay/internal/attention"
-	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -22,7 +21,6 @@ import (
 	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/internal/wire"
 	"github.com/oncepay/oncepay/openapi"
-	"github.com/oncepay/oncepay/web"
 )
 
 // Option configures the handler New returns.
@@ -39,6 +37,9 @@ type options struct {
 
 	onAdminAuthFailure func(result string)
 	now                func() time.Time
+
+	outer  []echo.MiddlewareFunc
+	routes []func(e *echo.Echo, auth echo.MiddlewareFunc)
 }
 
 // DefaultRequestTimeout bounds the work of one request unless
@@ -120,15 +121,37 @@ func WithAdmission(a *Admission) Option {
 	}
 }
 
+// WithRoutes adds routes that are not part of the service's contract, a
+// demo's for one: add receives the service's echo after its own routes,
+// and the middleware that authenticates a tenant for /v1, to attach to the
+// routes that need a tenant.
+func WithRoutes(add func(e *echo.Echo, auth echo.MiddlewareFunc)) Option {
+	return func(o *options) {
+		if add != nil {
+			o.routes = append(o.routes, add)
+		}
+	}
+}
+
+// WithOuterMiddleware runs mw on every request, inside the request log and
+// the deadline and outside Recover, so that what mw does to an answer (a
+// demo that loses it on purpose) applies to a 500 too.
+func WithOuterMiddleware(mw echo.MiddlewareFunc) Option {
+	return func(o *options) {
+		if mw != nil {
+			o.outer = append(o.outer, mw)
+		}
+	}
+}
+
 // New returns the service's HTTP handler. Its collaborators come in the
 // order the routes below use them: pool answers /readyz, metrics serves
 // /metrics, receiver the provider's webhooks, tenantSvc authenticates the
-// /v1 routes, which orderAPI, paymentAPI and eventAPI serve; demoAPI serves
-// the demo-mode endpoints and the X-Demo-Chaos middleware (outside demo mode
-// they answer 404). logger gets one line per request; a 5xx's is at ERROR
-// and carries its cause.
+// /v1 routes, which orderAPI, paymentAPI and eventAPI serve. logger gets one
+// line per request; a 5xx's is at ERROR and carries its cause. Every route
+// of the service is here (WithRoutes adds others).
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
-	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, demoAPI *demo.Handler,
+	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
 	o := options{
 		observe:            func(string, string, int, time.Duration) {},
@@ -146,13 +169,9 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	// Recover turns a panic into a 500 problem and a log line, never a dead
 	// process; it runs inside the logger so the 500 is logged.
+	e.Use(traceRequest, clientRequestID, middleware.RequestID(), requestLogger(logger, o.observe), requestDeadline(o.requestTimeout))
+	e.Use(o.outer...)
 	e.Use(
-		traceRequest,
-		clientRequestID,
-		middleware.RequestID(),
-		requestLogger(logger, o.observe),
-		requestDeadline(o.requestTimeout),
-		demoAPI.Chaos, // outside Recover, so a lost answer is lost even when it is a 500
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}),
 		// Read the body, then past capacity shed at once, before the key
 		// check (admission.go); inside the logger, so a shed request is
@@ -207,19 +226,9 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 		e.GET("/admin/attention/:id", o.attentionAdmin.Get, admin)
 	}
 
-	// The web UI, embedded.
-	ui := web.Handler()
-	e.GET("/", ui)
-	e.GET("/assets/*", ui)
-
-	// Demo mode only (internal/demo); 404 otherwise, with or without a key:
-	// the gate runs before the key check. GET /demo needs no key.
-	e.GET("/demo", demoAPI.Status)
-	e.GET("/demo/orders/:id/payments", demoAPI.OrderPayments, demoAPI.Gate, auth)
-	e.GET("/demo/faults", demoAPI.Faults, demoAPI.Gate, auth)
-	e.PUT("/demo/faults", demoAPI.SetFaults, demoAPI.Gate, auth)
-	e.POST("/demo/events/:id/replay", demoAPI.ReplayEvent, demoAPI.Gate, auth)
-
+	for _, add := range o.routes {
+		add(e, auth)
+	}
 	return e
 }
 

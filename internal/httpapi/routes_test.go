@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/oncepay/oncepay/internal/demo"
 	"github.com/oncepay/oncepay/internal/httpapi"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/testkit"
@@ -20,7 +19,7 @@ import (
 func routes(t *testing.T, opts ...httpapi.Option) *echo.Echo {
 	t.Helper()
 	logger := testkit.Logger(t)
-	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, demo.NewHandler(nil, nil, nil, logger, time.Now), logger, opts...)
+	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, logger, opts...)
 }
 
 func status(e *echo.Echo, method, path string) int {
