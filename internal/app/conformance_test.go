@@ -15,13 +15,16 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/proving/conformance"
+	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
 // The conformance kit, the black-box suite of docs/CONTRACT.md a fork
 // points at its own service, passes against the service: every case but
 // the one no keyed request can reach. The kit holds a payment in flight
-// through the demo's provider faults and makes the records expire through
-// the service's clock and sweeper, which only a test owns. Every exchange
+// through the provider simulator's faults (as a URL target in demo mode
+// offers through PUT /demo/faults, which a starter does not serve) and
+// makes the records expire through the service's clock and sweeper, which
+// only a test owns. Every exchange
 // is checked against the OpenAPI description too (the bundle's client).
 func TestConformanceKitPasses(t *testing.T) {
 	t.Parallel()
@@ -30,6 +33,7 @@ func TestConformanceKitPasses(t *testing.T) {
 		BaseURL: b.baseURL,
 		APIKeys: []string{acme, globex},
 		Client:  b.client,
+		Hold:    b.hold,
 		Expire: func(ctx context.Context) error {
 			// Past the longest retention (45 days), then the sweep
 			// that deletes what expired.
@@ -94,7 +98,7 @@ func TestConformanceKitFailsABrokenService(t *testing.T) {
 			}
 			proxy := httptest.NewServer(br.proxy(u))
 			t.Cleanup(proxy.Close)
-			rep, err := conformance.Run(context.Background(), conformance.Target{BaseURL: proxy.URL, APIKeys: []string{acme, globex}})
+			rep, err := conformance.Run(context.Background(), conformance.Target{BaseURL: proxy.URL, APIKeys: []string{acme, globex}, Hold: b.hold})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,6 +113,13 @@ func TestConformanceKitFailsABrokenService(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hold is the kit's Target.Hold: the simulator's next charge is made and
+// then hangs until the service gives up on it (PSP_TIMEOUT), an unknown
+// outcome. The simulator is the bundle's own, so its faults are the test's.
+func (b *testBundle) hold(context.Context, string) error {
+	return b.psp.SetFaults(pspsim.Faults{TimeoutNext: 1})
 }
 
 // storeEverything is a wrong idempotency layer in front of the service: it
