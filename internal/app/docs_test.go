@@ -90,6 +90,20 @@ func TestDocsCiteWhatExists(t *testing.T) {
 }
 
 // repoRoot is the main module's directory, the repository's root.
+// The README is a front door, not a manual: what it is, how to run and
+// test it, a walk-through and where to start reading, in at most 150
+// lines; everything else is a page under docs/ it links to.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(raw), "\n"); n > 150 {
+		t.Errorf("README.md has %d lines, at most 150 wanted: move what is not the front door to a page under docs/", n)
+	}
+}
+
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
