@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -220,4 +221,145 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
+}
+
+// Report is the result of a run. Violations must be empty.
+type Report struct {
+	Seed        uint64 `json:"seed"`
+	PlanHash    string `json:"plan_hash"`
+	Intents     int    `json:"intents"`
+	Concurrency int    `json:"concurrency"`
+	Race        bool   `json:"race"`
+	// CrashEvery, Lease and ClientAttempts are the run's settings.
+	CrashEvery     int           `json:"crash_every"`
+	Lease          time.Duration `json:"lease"`
+	ClientAttempts int           `json:"client_attempts"`
+	// OutboxNote says why the outbox faults were (not) injected.
+	OutboxNote string `json:"outbox_note"`
+	// DBFaults: the run owned its PostgreSQL and took it away; PostgresDir
+	// is the cluster's folder when it was kept.
+	DBFaults bool `json:"db_faults"`
+	// NetFaults: the APIs reached their dependencies through fault proxies
+	// that broke the links on schedule; NetworkByLink counts the faults per
+	// dependency.
+	NetFaults     bool           `json:"net_faults"`
+	NetworkByLink map[string]int `json:"network_by_link,omitempty"`
+	// LinkBytes is what each fault proxy carried, both ways: 0 would mean
+	// the APIs went around it.
+	LinkBytes   map[string]int64 `json:"link_bytes,omitempty"`
+	PostgresDir string           `json:"postgres_dir,omitempty"`
+	// Cluster describes the scaled-out topology of a cluster run (nil
+	// otherwise).
+	Cluster *ClusterFacts `json:"cluster,omitempty"`
+	// Outages sums up the database's absences; GaveUp counts the calls
+	// whose client gave up while the database was away (resumed after
+	// settling, see gaveUpDuringOutage).
+	Outages    OutageStats       `json:"outages"`
+	GaveUp     int               `json:"gave_up_during_outages"`
+	Features   Features          `json:"features"`
+	Faults     map[FaultKind]int `json:"faults"`
+	Calls      map[string]int    `json:"calls"`
+	Attempts   int64             `json:"attempts"`
+	Retries    int64             `json:"retries"`
+	Replayed   int64             `json:"replayed"`
+	Resumed    int               `json:"resumed"`
+	Proxy      ProxyStats        `json:"proxy"`
+	Webhooks   WebhookStats      `json:"webhooks"`
+	Charges    int               `json:"charges"`
+	Load       time.Duration     `json:"load"`
+	Settle     time.Duration     `json:"settle"`
+	Total      time.Duration     `json:"total"`
+	Unsettled  string            `json:"unsettled,omitempty"`
+	Violations []Violation       `json:"violations"`
+	ByKind     map[Kind]int      `json:"by_kind"`
+	Steps      map[StepKind]int  `json:"steps"`
+	// Paths counts API log lines that show recovery paths at work.
+	Paths map[string]int `json:"paths"`
+	// InternalErrors counts the requests the APIs answered 500
+	// internal_error; InternalErrorLines are the first few of their log
+	// lines. The run's faults are infrastructure faults, answered 503: a
+	// short run fails on any 500 (RunFailures).
+	InternalErrors     int      `json:"internal_errors"`
+	InternalErrorLines []string `json:"internal_error_lines,omitempty"`
+	// Unplaced says, for each fault kind the run never injected although
+	// its steps ran, why they could not place it in time (a trap that
+	// caught no process at that point, a terminate step that found no
+	// connection): on a busy machine the moment a trap waits for may not
+	// come. A short run reports these kinds; a long one fails on them.
+	Unplaced map[FaultKind]string `json:"unplaced,omitempty"`
+	// KeyRetention is the provider's key retention during the run.
+	KeyRetention time.Duration `json:"key_retention"`
+	WorkDir      string        `json:"work_dir"`
+	History      *History      `json:"-"`
+	Plan         *Plan         `json:"-"`
+}
+
+// ClusterFacts describe a cluster run's topology and what its faults hit.
+type ClusterFacts struct {
+	// Citus is the extension's version; Distributed and Reference count
+	// the tables the migrations distributed by tenant and copied to every
+	// node; Shards counts the shards per worker ("worker-1": n).
+	Citus       string         `json:"citus"`
+	Workers     int            `json:"workers"`
+	Distributed int            `json:"distributed_tables"`
+	Reference   int            `json:"reference_tables"`
+	Shards      map[string]int `json:"shards_per_worker"`
+	// NATSServers and StreamReplicas: the JetStream cluster and its event
+	// stream's replicas (0 without the outbox).
+	NATSServers    int `json:"nats_servers"`
+	StreamReplicas int `json:"stream_replicas"`
+	// ByNode counts faults per node: pg_backend_terminated on the
+	// "coordinator", pg_worker_backend_terminated per "worker-N",
+	// broker_killed per "nats-N" (and how many of those hit the "stream
+	// leader").
+	ByNode map[FaultKind]map[string]int `json:"faults_by_node"`
+	// Dirs are the nodes' folders when they were kept.
+	Dirs []string `json:"dirs,omitempty"`
+}
+
+// OutageStats sum up the database's absences of a run.
+type OutageStats struct {
+	// Count and Away: how many, and how long the database was away in all.
+	Count int           `json:"count"`
+	Away  time.Duration `json:"away"`
+	// Longest is the longest absence.
+	Longest time.Duration `json:"longest"`
+	// Probes of the APIs while it was away, and how many answered
+	// /healthz 200 and /readyz 503.
+	Probes   int `json:"probes"`
+	Healthy  int `json:"healthy"`
+	NotReady int `json:"not_ready"`
+	// Ready and Listening are the longest an API took, after the database
+	// was back, to answer /readyz 200 and to LISTEN again.
+	Ready     time.Duration `json:"ready"`
+	Listening time.Duration `json:"listening"`
+}
+
+func outageStats(all []Outage) OutageStats {
+	var s OutageStats
+	for _, o := range all {
+		s.Count++
+		d := o.Ended.Sub(o.Began)
+		s.Away += d
+		s.Longest = max(s.Longest, d)
+		for _, p := range o.Probes {
+			s.Probes++
+			if p.Alive && p.Healthz == http.StatusOK {
+				s.Healthy++
+			}
+			if p.Alive && p.Readyz == http.StatusServiceUnavailable {
+				s.NotReady++
+			}
+		}
+		for _, b := range o.Back {
+			s.Ready = max(s.Ready, b.Ready)
+			s.Listening = max(s.Listening, b.Listening)
+		}
+	}
+	return s
+}
+
+// WebhookStats are the provider's webhook deliveries.
+type WebhookStats struct {
+	Events, Delivered, Abandoned, Attempts int
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -151,4 +152,49 @@ func seconds(d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// rss is the peak resident set size of the API process.
+type rss struct {
+	kib   int64
+	known bool
+	// why says why it is not known.
+	why string
+	// atReady is the peak before the first scenario, once the API
+	// answered ready (with --wait): its start, the embedded broker's
+	// recovery of the stream included.
+	atReady *rss
+}
+
+// peakRSS reads VmHWM, the peak resident set size, of process pid.
+func peakRSS(pid int) rss {
+	if pid <= 0 {
+		return rss{why: "no --api-pid"}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return rss{why: err.Error()}
+	}
+	kib, err := statusKiB(string(b), "VmHWM")
+	if err != nil {
+		return rss{why: err.Error()}
+	}
+	return rss{kib: kib, known: true}
+}
+
+// statusKiB returns the value of a "Name:   123 kB" line of /proc/PID/status.
+func statusKiB(status, field string) (int64, error) {
+	for line := range strings.SplitSeq(status, "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name != field {
+			continue
+		}
+		num, unit, _ := strings.Cut(strings.TrimSpace(value), " ")
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || unit != "kB" {
+			return 0, fmt.Errorf("%s: cannot parse %q", field, value)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%s not found", field)
 }
