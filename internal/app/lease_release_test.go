@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -27,8 +28,11 @@ import (
 
 // dropAllConnections terminates every database connection of the service
 // (application_name oncepay) as the chaos run's pg_backend_terminated fault
-// does, and waits until they are gone. The pool's idle connections are dead
-// from then on, without the pool knowing.
+// does, and waits until those backends are gone. The pool's idle connections
+// are dead from then on, without the pool knowing. It waits for the
+// terminated backends by pid, not for the service to have no connection at
+// all: the service's own loops open new ones meanwhile, and on a busy Citus
+// coordinator a backend takes a while to exit.
 func (b *testBundle) dropAllConnections(ctx context.Context) error {
 	cfg := b.pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = "lease-release-test"
@@ -37,21 +41,27 @@ func (b *testBundle) dropAllConnections(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	const victims = `FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'oncepay' AND pid <> pg_backend_pid()`
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) `+victims); err != nil {
+	var pids []int32
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'oncepay'
+		AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)`)
+	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	if pids, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) `+victims).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("backends still alive after pg_terminate_backend")
+			return fmt.Errorf("%d of %d backends still alive 30 s after pg_terminate_backend", n, len(pids))
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
 	}
