@@ -161,7 +161,9 @@ func TestRecoveryBoundHoldsTheAttempt(t *testing.T) {
 	provider.set(func(p *oddProvider) { p.down = true })
 	b := setup(t, func(c *app.Config) {
 		c.PSPURL = url
-		c.Tuning.RecovererMaxAttempts, c.Tuning.RecovererBackoff, c.Tuning.RecovererBackoffMax = 2, time.Minute, time.Hour
+		// A backoff of an hour: the test's clock runs with real time too, and
+		// a busy machine must not carry it past the backoff on its own.
+		c.Tuning.RecovererMaxAttempts, c.Tuning.RecovererBackoff, c.Tuning.RecovererBackoffMax = 2, time.Hour, 10*time.Hour
 	})
 	ctx := context.Background()
 	rc := b.app.Recoverer()
@@ -175,7 +177,7 @@ func TestRecoveryBoundHoldsTheAttempt(t *testing.T) {
 	if n, err := rc.RecoverOnce(ctx, 10); err != nil || n != 0 || recoveries() != 1 {
 		t.Fatalf("first recovery: RecoverOnce = %d, %v, recoveries %d; want 0, nil, 1", n, err, recoveries())
 	}
-	b.clock.Advance(59 * time.Second) // within the backoff
+	b.clock.Advance(30 * time.Minute) // within the backoff
 	if _, err := rc.RecoverOnce(ctx, 10); err != nil || recoveries() != 1 {
 		t.Fatalf("within the backoff: recoveries = %d, %v; want still 1", recoveries(), err)
 	}
@@ -185,7 +187,7 @@ func TestRecoveryBoundHoldsTheAttempt(t *testing.T) {
 	if n := provider.callCount(); n != calls+1 || recoveries() != 1 {
 		t.Fatalf("client retry: provider asked %d times (want %d), recoveries %d (want 1)", n, calls+1, recoveries())
 	}
-	b.clock.Advance(2 * time.Second) // the backoff ran out
+	b.clock.Advance(31 * time.Minute) // the backoff ran out
 	if _, err := rc.RecoverOnce(ctx, 10); err != nil || recoveries() != 2 {
 		t.Fatalf("second recovery: recoveries = %d, %v; want 2", recoveries(), err)
 	}

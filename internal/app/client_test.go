@@ -12,6 +12,9 @@ import (
 
 	"github.com/oncepay/oncepay/client"
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -257,11 +260,24 @@ func TestClientRetriesUnknownProviderOutcome(t *testing.T) {
 // and provider timeouts shrink with it, since the lease must outlast them.
 func TestClientConcurrentDuplicatesChargeOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *app.Config) {
+	var inProgress atomic.Int32
+	// The first call waits before the provider until a duplicate met 409
+	// (or 2 s passed): a provider latency alone left the race to the
+	// scheduler, and a busy machine started the duplicates too late.
+	var held atomic.Bool
+	b := setupWith(t, []app.Option{app.WithOperationHooks(operation.Hooks{
+		BeforeCall: func(op idempotency.Operation, _ idempotency.RecoveryPoint) error {
+			if op == payments.OpPay && held.CompareAndSwap(false, true) {
+				for deadline := time.Now().Add(2 * time.Second); inProgress.Load() == 0 && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+				}
+			}
+			return nil
+		},
+	})}, func(c *app.Config) {
 		c.IdempotencyLease, c.WriteTimeout, c.PSPTimeout = 3*time.Second, 2500*time.Millisecond, 2*time.Second
 	})
 	ctx := context.Background()
-	var inProgress atomic.Int32
 	c := b.apiClient(t, acme, client.WithOnRetry(func(_ int, _ time.Duration, err error) {
 		if client.IsCode(err, client.CodeRequestInProgress) {
 			inProgress.Add(1)
@@ -271,7 +287,6 @@ func TestClientConcurrentDuplicatesChargeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.faults(t, pspsim.Faults{LatencyMS: 500}) // keep the first call at the provider
 	key := client.NewIdempotencyKey()
 	const n = 8
 	ids := make([]string, n)

@@ -41,14 +41,18 @@ func (b *testBundle) dropAllConnections(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	var pids []int32
+	// The victims first, then their termination: a volatile call in the
+	// same WHERE may run before the other conditions, on any backend.
 	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'oncepay'
-		AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)`)
+		WHERE datname = current_database() AND application_name = 'oncepay' AND pid <> pg_backend_pid()`)
 	if err != nil {
 		return err
 	}
-	if pids, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, pids); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -345,6 +349,7 @@ func TestInProgressRetryAfterIsTheRestOfTheLease(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, crashOnce(payments.OpPay))
 	orderID, _ := b.order(t, "o1")
+	start := time.Now() // the service's clock runs on: a slow test sees the lease shrink
 	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status < 500 {
 		t.Fatalf("crashed request answered %d", r.status)
 	}
@@ -357,12 +362,13 @@ func TestInProgressRetryAfterIsTheRestOfTheLease(t *testing.T) {
 		}
 		return s
 	}
-	if s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok")); s < 1 || s > 2 {
+	if s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok")); s < 1 || (s > 2 && time.Since(start) < 2*time.Second) {
 		t.Fatalf("Retry-After right after the claim = %d s, want 1-2", s)
 	}
 	b.clock.Advance(5 * time.Second)
-	if s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok")); s < 24 || s > 25 {
-		t.Fatalf("Retry-After 5 s into a 30 s lease = %d s, want the rest of the lease (25 s)", s)
+	s := retryAfter(b.pay(t, orderID, "pay-crash", "pm_card_ok"))
+	if lo := 24 - int(time.Since(start).Seconds()); s < lo || s > 25 {
+		t.Fatalf("Retry-After 5 s into a 30 s lease = %d s, want the rest of the lease (%d to 25 s)", s, lo)
 	}
 	b.clock.Advance(26 * time.Second)
 	if r := b.pay(t, orderID, "pay-crash", "pm_card_ok"); r.status != http.StatusCreated {
