@@ -145,10 +145,14 @@ func advisoryLockHolders(ctx context.Context, databaseURL string) string {
 		return "unknown: " + err.Error()
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	rows, err := conn.Query(ctx, `SELECT format('pid %s (%s, %s since %s): %s', a.pid, coalesce(nullif(a.application_name, ''), 'no application_name'),
-		       a.state, to_char(a.state_change, 'HH24:MI:SS'), left(a.query, 80))
+	// One line per session: a session may hold many advisory locks (on
+	// Citus, distributing a table takes hundreds).
+	rows, err := conn.Query(ctx, `SELECT format('pid %s (%s, %s since %s, advisory locks: %s): %s', a.pid, coalesce(nullif(a.application_name, ''), 'no application_name'),
+		       a.state, to_char(a.state_change, 'HH24:MI:SS'), count(*), left(a.query, 80))
 		  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+		 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		 GROUP BY a.pid, a.application_name, a.state, a.state_change, a.query
+		 ORDER BY a.pid`)
 	if err != nil {
 		return "unknown: " + err.Error()
 	}

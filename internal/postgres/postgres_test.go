@@ -423,6 +423,21 @@ func TestMigrateGivesUpWithItsContext(t *testing.T) {
 	if err := other.Lock(); err != nil {
 		t.Fatal(err)
 	}
+	// A session holding several advisory locks (as Citus's does while it
+	// distributes a table) is named once, with its count.
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "a-session-with-many-locks"
+	many, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = many.Close(context.Background()) }()
+	if _, err := many.Exec(context.Background(), `SELECT pg_advisory_lock(k) FROM generate_series(101, 103) AS k`); err != nil {
+		t.Fatal(err)
+	}
 	var log testkit.Buffer
 	bound := postgres.MigrateWaitReport + 2*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
@@ -439,6 +454,12 @@ func TestMigrateGivesUpWithItsContext(t *testing.T) {
 	}
 	if s := log.String(); !strings.Contains(s, "migrations still running") || !strings.Contains(s, "the-other-migrator") {
 		t.Fatalf("Migrate's wait did not name the lock's holder; log:\n%s", s)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		if strings.Contains(line, "migrations still running") &&
+			(strings.Count(line, "a-session-with-many-locks") != 1 || !strings.Contains(line, "advisory locks: 3")) {
+			t.Fatalf("a session with 3 advisory locks is not named once with its count:\n%s", line)
+		}
 	}
 }
 
