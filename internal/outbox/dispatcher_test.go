@@ -668,8 +668,11 @@ func TestCommitsWithinTheLingerShareABatch(t *testing.T) {
 		batches = append(batches, n)
 	})
 	// A linger far longer than the appends take, even on a loaded machine;
-	// the poll stays out of it.
-	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast(observe, outbox.WithLinger(outbox.MaxLinger), outbox.WithPollInterval(time.Hour))...))
+	// the poll stays out of it, and so do failed publishes: a PubAck late
+	// past fast's 500ms on a busy Citus run made a batch fail and come
+	// again, counted twice.
+	run(t, b.dispatcher(t, b.pool, b.nats.JS, fast(observe, outbox.WithLinger(outbox.MaxLinger), outbox.WithPollInterval(time.Hour),
+		outbox.WithPublishTimeout(outbox.DefaultPublishTimeout))...))
 	// The dispatcher's first rounds (its start, its listener's first
 	// connection) are done once a first event is published.
 	b.appendEvent(t, "order.created")
