@@ -111,7 +111,9 @@ func TestStartupWaitsForTheDatabaseAndTheBroker(t *testing.T) {
 	if nsrv, err = broker.StartEmbedded(t.TempDir(), logger, broker.WithPort(natsPort), broker.WithToken(natsToken)); err != nil {
 		t.Fatalf("start nats: %v", err)
 	}
-	testkit.WaitFor(t, 30*time.Second, "/readyz to answer 200", func() bool {
+	// Ready once the schema is migrated: on Citus, on a busy machine, that
+	// took past 30s (distributing the tables).
+	testkit.WaitFor(t, 2*time.Minute, "/readyz to answer 200", func() bool {
 		return b.do(t, "GET", "/readyz", "", "", "").status == http.StatusOK
 	})
 	if err := <-started; err != nil {
