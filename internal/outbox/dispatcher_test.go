@@ -253,7 +253,9 @@ func TestBatchGoesAtomicallyAndAgainMessageByMessage(t *testing.T) {
 		}
 		return nil
 	}}
-	d := b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithHooks(hooks), outbox.WithAtomicBatches(3))...)
+	// The default PubAck wait: fast's 500ms ran out on a busy Citus run, and
+	// the round then failed before its hook.
+	d := b.dispatcher(t, b.pool, b.nats.JS, fast(outbox.WithHooks(hooks), outbox.WithAtomicBatches(3), outbox.WithPublishTimeout(outbox.DefaultPublishTimeout))...)
 	ids := []uuid.UUID{b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created"), b.appendEvent(t, "order.created")}
 	ctx := context.Background()
 	if _, err := d.DispatchOnce(ctx); err == nil {
@@ -283,14 +285,14 @@ func TestBatchGoesAtomicallyAndAgainMessageByMessage(t *testing.T) {
 // budget (publish timeout plus twice the database timeout) count on.
 // Twice the database timeout is less than one publish timeout, so a round
 // that spent two publish timeouts would run out before recording; each
-// statement still has almost two seconds, which a busy machine running
-// the test on Citus needs (400 ms was not enough there).
+// statement still has almost four seconds, which a busy machine running
+// the test on Citus needs (400 ms, then 1.9 s, were not enough there).
 func TestStalledBrokerCostsOnePublishTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	proxy := testkit.StartFaultProxy(t, testkit.Upstream(t, b.nats.URL()))
 	_, js := brokertest.Connect(t, proxy.Through(t, b.nats.URL()), b.logger)
-	d := b.dispatcher(t, b.pool, js, fast(outbox.WithPublishTimeout(4*time.Second), outbox.WithDatabaseTimeout(1900*time.Millisecond), outbox.WithAtomicBatches(2))...)
+	d := b.dispatcher(t, b.pool, js, fast(outbox.WithPublishTimeout(8*time.Second), outbox.WithDatabaseTimeout(3900*time.Millisecond), outbox.WithAtomicBatches(2))...)
 	for range 3 {
 		b.appendEvent(t, "order.created")
 	}
