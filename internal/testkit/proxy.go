@@ -120,7 +120,3 @@ func (f *FaultProxy) Bandwidth(t testing.TB, kbps int) {
 // broken (their peers wait for bytes that never come); the component must
 // notice that by its own deadlines.
 func (f *FaultProxy) Heal() { f.p.Heal(context.Background()) }
-
-// Carried is the number of bytes the proxy received so far, both ways,
-// those a fault then swallowed included.
-func (f *FaultProxy) Carried() int64 { return f.p.Carried() }
