@@ -222,10 +222,13 @@ func baseEnv() []string {
 // machine takes its port: one taken from that range while its process was
 // down would keep it from coming back ("address already in use"), and on a
 // busy machine, with tests of other work beside the run, that happened.
-func freePort() (int, error) {
-	lo := ephemeralLow()
+func freePort() (int, error) { return freePortIn(minFixedPort, ephemeralLow()) }
+
+// freePortIn returns a loopback port in [lo, hi) that is free now: it tries
+// ports at random and keeps the first it can listen on.
+func freePortIn(lo, hi int) (int, error) {
 	for range 200 {
-		port := minFixedPort + mrand.IntN(lo-minFixedPort) // #nosec G404 -- a port to try, nothing secret
+		port := lo + mrand.IntN(hi-lo) // #nosec G404 -- a port to try, nothing secret
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			continue // taken: try another
@@ -233,7 +236,7 @@ func freePort() (int, error) {
 		ln.Close()
 		return port, nil
 	}
-	return 0, fmt.Errorf("no free port between %d and %d", minFixedPort, lo)
+	return 0, fmt.Errorf("no free port between %d and %d", lo, hi)
 }
 
 // minFixedPort is the lowest port freePort hands out: above the ports of
