@@ -191,6 +191,27 @@ func fetchLedger(ctx context.Context, hc *http.Client, pspURL string) (Ledger, e
 // streamStall bounds how long fetchStream waits for the next message.
 const streamStall = 30 * time.Second
 
+// jsRequest runs one JetStream API request, each try bounded by wait,
+// until one is answered or ctx ends. A request can go
+// unanswered: after a server of the cluster was killed, one waited for
+// minutes, until the whole run's deadline (2026-12-05).
+func jsRequest(ctx context.Context, wait time.Duration, do func(context.Context) error) error {
+	for {
+		try, cancel := context.WithTimeout(ctx, wait)
+		err := do(try)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)) {
+			return err
+		}
+		if pause(ctx, 250*time.Millisecond) != nil {
+			return err
+		}
+	}
+}
+
+// jsRequestWait is how long one try of a JetStream API request waits.
+const jsRequestWait = 10 * time.Second
+
 // fetchStream reads every message of the event stream and counts them by
 // message id. It is bounded by the stream's size at the start and by ctx.
 func fetchStream(ctx context.Context, natsURL string) (*StreamState, error) {
@@ -204,25 +225,35 @@ func fetchStream(ctx context.Context, natsURL string) (*StreamState, error) {
 		return nil, err
 	}
 	st := &StreamState{MessageIDs: map[string]int{}}
-	stream, err := js.Stream(ctx, streamEvents)
+	var stream jetstream.Stream
+	err = jsRequest(ctx, jsRequestWait, func(ctx context.Context) (err error) {
+		stream, err = js.Stream(ctx, streamEvents)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return st, nil // nothing was ever published: every event will be missing
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", streamEvents, err)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return nil, err
+	var info *jetstream.StreamInfo
+	if err := jsRequest(ctx, jsRequestWait, func(ctx context.Context) (err error) {
+		info, err = stream.Info(ctx)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", streamEvents, err)
 	}
 	st.Replicas = info.Config.Replicas
 	total := info.State.Msgs
 	if total == 0 {
 		return st, nil
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, err
+	var cons jetstream.Consumer
+	if err := jsRequest(ctx, jsRequestWait, func(ctx context.Context) (err error) {
+		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", streamEvents, err)
 	}
 	// A fetch may come back empty or fail while the messages are there: on
 	// an R3 stream of a loaded machine a 2-second wait ran out after 22,000
