@@ -74,7 +74,7 @@ starter:
 	@scripts/starter.sh "$(MODULE)" $(DIR)
 
 ## starter-check: make starter on a throwaway copy of this checkout (.data/starter-check), then the copy's
-##                gofmt, vet and tests with -race, on the PostgreSQL and the Citus cluster of make test
+##                gofmt, vet and tests (without -race: make test ran that code with it), on the PostgreSQL and the Citus cluster of make test
 ##                (the copy's Citus-only tests; the second run of the contract on Citus is left to make test)
 starter-check:
 	@scripts/citus.sh --install
