@@ -234,6 +234,22 @@ func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, error) {
 	return &p, nil
 }
 
+// LookupKey asks what became of one of the tenant's idempotency keys of
+// operation (e.g. "payments.create"), without sending the request again
+// (GET /v1/idempotency-keys/{operation}/{key}): for a caller that lost an
+// answer and no longer holds the request, or must not repeat it. Another
+// tenant's key is KeyUnknown, like a key never used.
+func (c *Client) LookupKey(ctx context.Context, operation, key string) (*KeyStatus, error) {
+	if operation == "" || key == "" {
+		return nil, errors.New("oncepay: LookupKey: empty operation or key")
+	}
+	var k KeyStatus
+	if _, err := c.do(ctx, http.MethodGet, "/v1/idempotency-keys/"+url.PathEscape(operation)+"/"+url.PathEscape(key), nil, nil, "", &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
 // Refund gives back amount (minor units) of a payment
 // (POST /v1/payments/{id}/refunds). Two refunds of the same amount are two
 // intents with two keys; retries of one are one refund. More than what

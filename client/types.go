@@ -85,6 +85,39 @@ type OrderList struct {
 	NextCursor string `json:"next_cursor"`
 }
 
+// KeyStatus is what the service knows of one idempotency key (LookupKey).
+type KeyStatus struct {
+	Operation string `json:"operation"`
+	Key       string `json:"key"`
+	// State is KeyUnknown, KeyInProgress, KeyCompleted or
+	// KeyAwaitingOperator.
+	State string `json:"state"`
+	// RetryAfter is, for KeyInProgress, how many seconds to wait before
+	// retrying the request (the Retry-After header's).
+	RetryAfter int `json:"retry_after"`
+	// Response is, for KeyCompleted, the stored answer's status and link;
+	// a retry of the request replays the whole answer.
+	Response *StoredResponse `json:"response"`
+	// ExpiresAt is until when the key's record is kept; zero for an
+	// unknown key.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// StoredResponse is the status and the resource link of a key's stored
+// answer.
+type StoredResponse struct {
+	Status   int    `json:"status"`
+	Location string `json:"location"`
+}
+
+// The states of a key (KeyStatus.State).
+const (
+	KeyUnknown          = "unknown"
+	KeyInProgress       = "in_progress"
+	KeyCompleted        = "completed"
+	KeyAwaitingOperator = "awaiting_operator"
+)
+
 // Payment and refund statuses.
 const (
 	StatusPending   = "pending"

@@ -82,6 +82,9 @@ func TestMismatchInPhase2HoldsTheAttempt(t *testing.T) {
 	for range 3 {
 		wantProblem(t, b.pay(t, orderID, "pay-odd", "pm_card_ok"), http.StatusConflict, "awaiting_operator")
 	}
+	if held := wantKey(t, b.lookupKey(t, acme, "payments.create", "pay-odd"), "awaiting_operator"); held["response"] != nil {
+		t.Fatalf("a held key has a response: %v", held)
+	}
 	b.clock.Advance(31 * time.Second) // past any lease: the recoverer leaves it alone too
 	if n, err := b.app.Recoverer().RecoverOnce(context.Background(), 10); err != nil || n != 0 {
 		t.Fatalf("RecoverOnce = %d, %v; want nothing", n, err)

@@ -127,6 +127,7 @@ func (a *App) build(ctx context.Context) (err error) {
 		orders.NewHandler(orderSvc),
 		payments.NewHandler(a.payments),
 		outbox.NewHandler(pool),
+		operation.NewKeyHandler(ops, specs),
 		logger, httpOpts...)
 	if traced {
 		// The request's server span wraps the whole handler; httpapi names

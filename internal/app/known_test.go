@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices" // starter:remove line
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +16,8 @@ import (
 // A registered operation is known everywhere it must be, or this test
 // says, one line per gap, where to add it: the chaos run drives it (or
 // names why not), the metrics count it from zero, the OpenAPI document
-// describes its path, the Go client sends it, and every test fixture's
+// describes its path and lists it among the keys a client may look up, the
+// Go client sends it, and every test fixture's
 // idempotency store gets its retention from the registry (never a map
 // written by hand, where a new operation would answer 500 in that
 // package's tests until someone found the map).
@@ -28,6 +29,12 @@ func TestEveryOperationIsKnownEverywhere(t *testing.T) {
 	metrics := string(b.do(t, "GET", "/metrics", "", "", "").body)
 	clientSrc := readGo(t, filepath.Join(root, "client"), false)
 	skipped := chaos.NotDriven() // starter:remove line
+	var lookable []any
+	for _, p := range spec.doc.Paths.Value("/v1/idempotency-keys/{operation}/{key}").Parameters {
+		if p.Value.Name == "operation" {
+			lookable = p.Value.Schema.Value.Enum
+		}
+	}
 
 	for _, s := range app.Operations() {
 		name := string(s.Name)
@@ -38,6 +45,9 @@ func TestEveryOperationIsKnownEverywhere(t *testing.T) {
 		// starter:remove end
 		if !strings.Contains(metrics, `oncepay_idempotency_outcomes_total{operation="`+name+`"`) {
 			t.Errorf("%s: /metrics has no oncepay_idempotency_outcomes_total series for it (internal/app build.go metricsKinds reads the registry: is it in app.Operations?)", name)
+		}
+		if !slices.Contains(lookable, any(name)) {
+			t.Errorf("%s: openapi/openapi.yaml's GET /v1/idempotency-keys/{operation}/{key} does not list it (add it to the operation parameter's enum)", name)
 		}
 		var path string
 		for p, item := range spec.doc.Paths.Map() {

@@ -301,3 +301,36 @@ func readPackagePicture(t *testing.T, path string) (nodes []string, arrows [][2]
 	slices.Sort(nodes)
 	return nodes, arrows
 }
+
+// maxFileLines bounds a hand-written Go file of the module: a file longer
+// than this holds more than one concern and reads better split by them.
+const maxFileLines = 600
+
+// No hand-written, non-test Go file of the module is longer than
+// maxFileLines; generated ones (sqlc's) are not counted.
+func TestNoSourceFileIsLong(t *testing.T) {
+	t.Parallel()
+	pkgs, _ := goList(t)
+	seen := 0
+	for _, p := range pkgs {
+		for _, f := range p.GoFiles {
+			src, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen++
+			if generated.Match(src) {
+				continue
+			}
+			if n := bytes.Count(src, []byte("\n")); n > maxFileLines {
+				t.Errorf("%s/%s has %d lines, over %d: split it by concern", p.rel(), f, n, maxFileLines)
+			}
+		}
+	}
+	if seen < 100 {
+		t.Fatalf("read %d files: go list found too few", seen)
+	}
+}
+
+// generated matches the header of a generated Go file (go help generate).
+var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)

@@ -493,6 +493,11 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	created := want(b.do(t, "POST", "/v1/orders", acme, "oa-order", orderBody), http.StatusCreated)
 	orderID := created.json(t)["id"].(string)
 	replay := want(b.do(t, "POST", "/v1/orders", acme, `"oa-order"`, orderBodyReordered), http.StatusCreated)
+	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/oa-order", acme, "", ""), http.StatusOK)
+	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/never-used", acme, "", ""), http.StatusOK)
+	want(b.do(t, "GET", "/v1/idempotency-keys/orders.nope/k", acme, "", ""), http.StatusNotFound)
+	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/caf%C3%A9", acme, "", ""), http.StatusBadRequest)
+	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/k", "", "", ""), http.StatusUnauthorized)
 	if replay.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("replay is not marked Idempotent-Replayed: true")
 	}

@@ -46,7 +46,7 @@ func TestALostAnswersFailureIsLoggedOnce(t *testing.T) {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	h := demo.NewHandler(nil, nil, nil, logger, time.Now, demo.WithDemoMode(true))
-	service := httpapi.New(nil, nil, nil, nil, nil, nil, nil, logger, httpapi.WithOuterMiddleware(h.Chaos))
+	service := httpapi.New(nil, nil, nil, nil, nil, nil, nil, nil, logger, httpapi.WithOuterMiddleware(h.Chaos))
 	service.GET("/test/fails", func(echo.Context) error { return errors.New("cause of the failure") })
 	srv := httptest.NewServer(service)
 	t.Cleanup(srv.Close)

@@ -34,7 +34,7 @@ func TestA5xxIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	service := httpapi.New(hangingUpDatabase(t), nil, nil, nil, nil, nil, nil, logger)
+	service := httpapi.New(hangingUpDatabase(t), nil, nil, nil, nil, nil, nil, nil, logger)
 	// Routes added to the service's echo run through its whole chain.
 	service.GET("/test/fails", fail(errors.New("cause of the failure")))
 	service.GET("/test/panics", func(echo.Context) error { panic("cause of the failure") })
@@ -126,7 +126,7 @@ func TestExpectedAnswersAreLoggedAtInfo(t *testing.T) {
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	db := silentDatabase(t)
-	service := httpapi.New(db, nil, nil, tenants.NewService(db, time.Now), nil, nil, nil, logger)
+	service := httpapi.New(db, nil, nil, tenants.NewService(db, time.Now), nil, nil, nil, nil, logger)
 	starting := httpapi.Starting(func() string { return "the database" }, logger)
 
 	for _, tc := range []struct {

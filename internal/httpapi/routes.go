@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/oncepay/oncepay/internal/attention"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/orders"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -147,11 +148,11 @@ func WithOuterMiddleware(mw echo.MiddlewareFunc) Option {
 // New returns the service's HTTP handler. Its collaborators come in the
 // order the routes below use them: pool answers /readyz, metrics serves
 // /metrics, receiver the provider's webhooks, tenantSvc authenticates the
-// /v1 routes, which orderAPI, paymentAPI and eventAPI serve. logger gets one
+// /v1 routes, which orderAPI, paymentAPI, eventAPI and keyAPI serve. logger gets one
 // line per request; a 5xx's is at ERROR and carries its cause. Every route
 // of the service is here (WithRoutes adds others).
 func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, tenantSvc *tenants.Service,
-	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler,
+	orderAPI *orders.Handler, paymentAPI *payments.Handler, eventAPI *outbox.Handler, keyAPI *operation.KeyHandler,
 	logger *slog.Logger, opts ...Option) *echo.Echo {
 	o := options{
 		observe:            func(string, string, int, time.Duration) {},
@@ -203,6 +204,8 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	v1.POST("/payments/:id/refunds", paymentAPI.Refund, auth)
 	v1.GET("/refunds/:id", paymentAPI.GetRefund, auth)
 	v1.GET("/events", eventAPI.List, auth)
+	// The key is one path segment, URL-encoded ("/" as %2F).
+	v1.GET("/idempotency-keys/:operation/:key", keyAPI.Get, auth)
 
 	// The operator's endpoints: one guard per token, so that both sets of
 	// routes spend one budget of failed attempts per address when they

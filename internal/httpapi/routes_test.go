@@ -19,7 +19,7 @@ import (
 func routes(t *testing.T, opts ...httpapi.Option) *echo.Echo {
 	t.Helper()
 	logger := testkit.Logger(t)
-	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, logger, opts...)
+	return httpapi.New(nil, nil, nil, nil, nil, nil, nil, nil, logger, opts...)
 }
 
 func status(e *echo.Echo, method, path string) int {

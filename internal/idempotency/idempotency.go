@@ -23,6 +23,7 @@
 //     (Store.ClaimExpired), and an operator's release of a held one
 //     (Store.Unhold);
 //   - inspect.go: what an operator reads (Store.Inspect);
+//   - lookup.go: what a client may know of its own key (Store.Lookup);
 //   - expire.go: what the retention sweeper deletes.
 //
 // Every method that writes takes the caller's transaction, so the record

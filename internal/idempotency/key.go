@@ -37,6 +37,17 @@ func ParseKey(h http.Header) (Key, error) {
 	return k, nil
 }
 
+// KeyOf validates a key given bare, as a URL names it (GET
+// /v1/idempotency-keys/{operation}/{key}): the same 1 to 255 visible ASCII
+// characters as the header's.
+func KeyOf(v string) (Key, error) {
+	if !wire.VisibleASCII(v, MaxKeyLength) {
+		return "", problem.New(problem.IdempotencyKeyInvalid,
+			"An idempotency key is 1 to %d visible ASCII characters (URL-encoded in a path).", MaxKeyLength)
+	}
+	return Key(v), nil
+}
+
 // parseKey validates one header value.
 func parseKey(v string) (Key, bool) {
 	if strings.HasPrefix(v, `"`) {

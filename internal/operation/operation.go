@@ -28,6 +28,8 @@
 //   - spec.go: Spec declares an operation for the service's registry
 //     (internal/app), from which its retention, its configuration and the
 //     Recoverer's list derive.
+//   - keys.go: GET /v1/idempotency-keys/{operation}/{key}, what a client
+//     may know of its own key (KeyHandler).
 //   - hooks.go: the failure drills' fault hooks, which only tests set.
 package operation
 
