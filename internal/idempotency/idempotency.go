@@ -303,13 +303,19 @@ func (s *Store) leaseRetryAfter(until, now time.Time) time.Duration {
 // still runs: retry the same request after retryAfter, in whole seconds
 // rounded up (at least one).
 func inProgress(retryAfter time.Duration, cause error) error {
-	secs := math.Ceil(retryAfter.Seconds())
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "A request with this Idempotency-Key is still in progress. Retry it with the same key.",
-		RetryAfter: time.Duration(max(secs, 1)) * time.Second,
+		RetryAfter: wholeSeconds(retryAfter),
 		Err:        cause,
 	}
+}
+
+// wholeSeconds is a Retry-After as it is sent: d in whole seconds, rounded
+// up, at least one. The 409's header and a lookup's retry_after
+// (Store.Lookup) both take it from here, so they agree.
+func wholeSeconds(d time.Duration) time.Duration {
+	return time.Duration(max(math.Ceil(d.Seconds()), 1)) * time.Second
 }
 
 func ptr[T any](v T) *T { return &v }

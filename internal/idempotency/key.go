@@ -56,10 +56,8 @@ func parseKey(v string) (Key, bool) {
 			return "", false
 		}
 	}
-	if !wire.VisibleASCII(v, MaxKeyLength) {
-		return "", false
-	}
-	return Key(v), true
+	k, err := KeyOf(v)
+	return k, err == nil
 }
 
 // unquoteSFString parses an RFC 8941 sf-string: DQUOTE *( unescaped / "\"

@@ -41,8 +41,8 @@ const (
 // KeyStatus is what Lookup reports of a key.
 type KeyStatus struct {
 	State KeyState
-	// RetryAfter is when a retry of an in-progress key should come (the
-	// Retry-After of request_in_progress).
+	// RetryAfter is when a retry of an in-progress key should come, in
+	// whole seconds (the Retry-After of request_in_progress).
 	RetryAfter time.Duration
 	// Status and Location are the stored answer's of a completed key: its
 	// status code and the resource it links to (none for most refusals).
@@ -78,10 +78,10 @@ func (s *Store) Lookup(ctx context.Context, db DB, tenantID uuid.UUID, op Operat
 		st.State = KeyAwaitingOperator
 	case row.LockedUntil != nil && row.LockedUntil.After(now):
 		// The same Retry-After a retry of the request would be answered.
-		st.State, st.RetryAfter = KeyInProgress, s.leaseRetryAfter(*row.LockedUntil, now)
+		st.State, st.RetryAfter = KeyInProgress, wholeSeconds(s.leaseRetryAfter(*row.LockedUntil, now))
 	default:
 		// Abandoned: the retry takes the attempt over and resumes it.
-		st.State, st.RetryAfter = KeyInProgress, 0
+		st.State, st.RetryAfter = KeyInProgress, wholeSeconds(0)
 	}
 	return st, nil
 }

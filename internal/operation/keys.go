@@ -1,7 +1,6 @@
 package operation
 
 import (
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -74,7 +73,7 @@ func (h *KeyHandler) Get(c echo.Context) error {
 	case idempotency.KeyCompleted:
 		out.Response = &storedJSON{Status: st.Status, Location: st.Location}
 	case idempotency.KeyInProgress:
-		out.RetryAfter = int(max(math.Ceil(st.RetryAfter.Seconds()), 1))
+		out.RetryAfter = int(st.RetryAfter / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(out.RetryAfter))
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
