@@ -250,6 +250,32 @@ func (c *Client) LookupKey(ctx context.Context, operation, key string) (*KeyStat
 	return &k, nil
 }
 
+// CancelPaymentByKey gives up on the payment of orderID asked for under
+// paymentKey, whatever became of that request
+// (POST /v1/payments/cancel-by-key): for a caller whose Pay timed out and
+// that would rather void than retry. Cancellation.Outcome says what the
+// cancel did: CancelPrevented (the request had not arrived, and never runs),
+// CancelRequested (the outcome was unknown: a charge that succeeds is
+// refunded), CancelRefundStarted (it had succeeded: refunded in full) or
+// CancelNothingToCancel. A payment still being started is an *Error with
+// CodeRequestInProgress, retryable. Like every POST it runs at most once per
+// idempotency key (the cancel's own, not paymentKey).
+func (c *Client) CancelPaymentByKey(ctx context.Context, orderID, paymentKey string, opts ...CallOption) (*Cancellation, Meta, error) {
+	if orderID == "" || paymentKey == "" {
+		return nil, Meta{}, errors.New("oncepay: CancelPaymentByKey: empty order id or payment key")
+	}
+	body := struct {
+		OrderID        string `json:"order_id"`
+		IdempotencyKey string `json:"idempotency_key"`
+	}{orderID, paymentKey}
+	var out Cancellation
+	meta, err := c.post(ctx, "/v1/payments/cancel-by-key", body, &out, opts)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
 // Refund gives back amount (minor units) of a payment
 // (POST /v1/payments/{id}/refunds). Two refunds of the same amount are two
 // intents with two keys; retries of one are one refund. More than what

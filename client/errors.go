@@ -35,6 +35,7 @@ const (
 	CodeOrderNotCancellable        = "order_not_cancellable"
 	CodeRefundExceedsPayment       = "refund_exceeds_payment"
 	CodePaymentNotRefundable       = "payment_not_refundable"
+	CodePaymentCancelled           = "payment_cancelled"
 	CodePaymentRejected            = "payment_rejected"
 	CodePaymentProviderUnavailable = "payment_provider_unavailable"
 	CodeServiceUnavailable         = "service_unavailable"

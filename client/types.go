@@ -89,14 +89,14 @@ type OrderList struct {
 type KeyStatus struct {
 	Operation string `json:"operation"`
 	Key       string `json:"key"`
-	// State is KeyUnknown, KeyInProgress, KeyCompleted or
-	// KeyAwaitingOperator.
+	// State is KeyUnknown, KeyInProgress, KeyCompleted,
+	// KeyAwaitingOperator or KeyCancelled.
 	State string `json:"state"`
 	// RetryAfter is, for KeyInProgress, how many seconds to wait before
 	// retrying the request (the Retry-After header's).
 	RetryAfter int `json:"retry_after"`
-	// Response is, for KeyCompleted, the stored answer's status and link;
-	// a retry of the request replays the whole answer.
+	// Response is, for KeyCompleted and KeyCancelled, the stored answer's
+	// status and link; a retry of the request replays the whole answer.
 	Response *StoredResponse `json:"response"`
 	// ExpiresAt is until when the key's record is kept; zero for an
 	// unknown key.
@@ -116,6 +116,30 @@ const (
 	KeyInProgress       = "in_progress"
 	KeyCompleted        = "completed"
 	KeyAwaitingOperator = "awaiting_operator"
+	// KeyCancelled: a cancel by key stopped the request before it ran;
+	// every request under the key is answered 409 payment_cancelled.
+	KeyCancelled = "cancelled"
+)
+
+// Cancellation is what a cancel by key did (CancelPaymentByKey).
+type Cancellation struct {
+	OrderID        string `json:"order_id"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Outcome is CancelPrevented, CancelRequested, CancelRefundStarted or
+	// CancelNothingToCancel.
+	Outcome string `json:"outcome"`
+	// PaymentID is the payment under the key, when one was made.
+	PaymentID string `json:"payment_id,omitempty"`
+	// RefundID is, for CancelRefundStarted, the refund that undoes it.
+	RefundID string `json:"refund_id,omitempty"`
+}
+
+// The outcomes of a cancel by key (Cancellation.Outcome).
+const (
+	CancelPrevented       = "prevented"
+	CancelRequested       = "cancel_requested"
+	CancelRefundStarted   = "refund_started"
+	CancelNothingToCancel = "nothing_to_cancel"
 )
 
 // Payment and refund statuses.

@@ -33,6 +33,7 @@ REMOVE=(
   internal/app/demo.go
   internal/app/demo_test.go
   internal/app/browser_test.go
+  internal/app/browser_giveup_test.go
   proving/chaos
   proving/cmd/chaos
   proving/cmd/bench

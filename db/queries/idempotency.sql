@@ -16,6 +16,38 @@ INSERT INTO api_idempotency (
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING *;
 
+-- name: IdempotencyTombstone :one
+-- IdempotencyTombstone finishes a key nobody has claimed yet with a stored
+-- answer (a cancel's refusal, recovery point 'cancelled'), so that the
+-- request, should it still arrive, is answered from it and never runs. It
+-- returns no row (pgx.ErrNoRows) when the key has a record; a concurrent
+-- uncommitted claim makes it wait for that transaction first (bounded by
+-- lock_timeout), so it never races the request it cancels.
+INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at
+) VALUES (
+    @tenant_id, @operation, @idempotency_key, '\x'::bytea, 'failed', 'cancelled',
+    @request_id, @status_code, @response_headers, @response_body, @now, @now, @expires_at
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: IdempotencyInsertAt :one
+-- IdempotencyInsertAt records an attempt that another operation's
+-- transaction started on its behalf (a compensation): pending at the given
+-- recovery point, its lease run out already, so the recoverer takes it over
+-- at once. It returns no row when the key has a record.
+INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    locked_until, request_id, resource_type, resource_id, created_at, updated_at, expires_at
+) VALUES (
+    @tenant_id, @operation, @idempotency_key, @request_hash, 'pending', @recovery_point,
+    @now, @request_id, @resource_type, @resource_id, @now, @now, @expires_at
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING *;
+
 -- name: IdempotencyGetForUpdate :batchone
 -- IdempotencyGetForUpdate locks a record: a taken key's claim, and every
 -- later step's transaction (Claim.Reacquire), before it acts on it.

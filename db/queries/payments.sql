@@ -27,6 +27,14 @@ UPDATE payments SET status = 'failed', provider_charge_id = @provider_charge_id,
 WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
 RETURNING *;
 
+-- name: PaymentRequestCancel :one
+-- PaymentRequestCancel marks a pending payment to be cancelled (once: the
+-- first mark's time stays); it returns no row when the payment is no longer
+-- pending, and the caller reads what it became.
+UPDATE payments SET cancel_requested_at = coalesce(cancel_requested_at, @now), updated_at = @now
+WHERE tenant_id = @tenant_id AND id = @id AND status = 'pending'
+RETURNING *;
+
 -- name: PaymentReserveRefund :one
 -- PaymentReserveRefund reserves amount for a refund of a succeeded payment;
 -- no row means the payment cannot cover it.

@@ -498,6 +498,17 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	want(b.do(t, "GET", "/v1/idempotency-keys/orders.nope/k", acme, "", ""), http.StatusNotFound)
 	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/caf%C3%A9", acme, "", ""), http.StatusBadRequest)
 	want(b.do(t, "GET", "/v1/idempotency-keys/orders.create/k", "", "", ""), http.StatusUnauthorized)
+	// A cancel by key of a payment never asked for (200 prevented), and of a
+	// succeeded one (202 refund_started) further down; its refusals.
+	cancelBody := func(order, key string) string {
+		return fmt.Sprintf(`{"order_id":%q,"idempotency_key":%q}`, order, key)
+	}
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", acme, "oa-cancel-1", cancelBody(orderID, "oa-never-sent")), http.StatusOK)
+	want(b.do(t, "GET", "/v1/idempotency-keys/payments.create/oa-never-sent", acme, "", ""), http.StatusOK)
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", acme, "oa-cancel-2", cancelBody("00000000-0000-7000-8000-000000000000", "k")), http.StatusNotFound)
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", acme, "oa-cancel-3", `{"order_id":"x"}`), http.StatusUnprocessableEntity)
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", acme, "", cancelBody(orderID, "k")), http.StatusBadRequest)
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", "", "oa-cancel-4", cancelBody(orderID, "k")), http.StatusUnauthorized)
 	if replay.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("replay is not marked Idempotent-Replayed: true")
 	}
@@ -553,6 +564,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	b.faults(t, pspsim.Faults{FailNext: 1}) // a 5xx: the outcome is unknown
 	wantProblem(t, b.pay(t, unknownOrder, "oa-pay-unknown", "pm_card_ok"), 503, "payment_provider_unavailable")
 	want(b.pay(t, unknownOrder, "oa-pay-unknown", "pm_card_ok"), http.StatusCreated)
+	want(b.do(t, "POST", "/v1/payments/cancel-by-key", acme, "oa-cancel-5", cancelBody(unknownOrder, "oa-pay-unknown")), http.StatusAccepted)
+	wantProblem(t, b.pay(t, orderID, "oa-never-sent", "pm_card_ok"), 409, "payment_cancelled")
 
 	// Cancels: a cancelled order, its replay, a paid order refused, a
 	// cancelled order not payable, a reused key, no key, no such order.

@@ -96,6 +96,7 @@ var statuses = map[problem.Code]int{
 	problem.OrderAlreadyPaid:           409,
 	problem.OrderNotPayable:            409,
 	problem.OrderNotCancellable:        409,
+	problem.PaymentCancelled:           409,
 	problem.PaymentNotRefundable:       409,
 	problem.RequestTooLarge:            413,
 	problem.RequestTimeout:             408,

@@ -201,6 +201,7 @@ func New(pool *pgxpool.Pool, metrics http.Handler, receiver *webhooks.Receiver, 
 	v1.POST("/orders/:id/cancel", orderAPI.Cancel, auth)
 	v1.POST("/orders/:id/payments", paymentAPI.Pay, auth)
 	v1.GET("/payments/:id", paymentAPI.Get, auth)
+	v1.POST("/payments/cancel-by-key", paymentAPI.CancelByKey, auth)
 	v1.POST("/payments/:id/refunds", paymentAPI.Refund, auth)
 	v1.GET("/refunds/:id", paymentAPI.GetRefund, auth)
 	v1.GET("/events", eventAPI.List, auth)

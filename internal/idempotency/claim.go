@@ -140,7 +140,9 @@ func (q *QueuedClaim) Taken() bool {
 //   - new key: a ClaimFresh; the caller executes.
 //   - final record with the same fingerprint: a ClaimReplay with the stored
 //     response.
-//   - any record with another fingerprint: problem idempotency_key_reused.
+//   - any record with another fingerprint: problem idempotency_key_reused;
+//     but a tombstone (Tombstone) is a ClaimReplay of its stored answer,
+//     whatever the fingerprint.
 //   - pending record held for an operator (Claim.Hold): problem
 //     awaiting_operator; nothing was done.
 //   - pending record whose lease is live: problem request_in_progress with
@@ -182,7 +184,7 @@ func (s *Store) decide(ctx context.Context, tx DB, r Request) (*Claim, error) {
 	case err != nil:
 		return nil, err
 	}
-	if Fingerprint(row.RequestHash) != r.Fingerprint {
+	if !tombstone(row) && Fingerprint(row.RequestHash) != r.Fingerprint {
 		s.report(ctx, r, OutcomeMismatch)
 		return nil, reused()
 	}
@@ -255,7 +257,7 @@ func (s *Store) Peek(ctx context.Context, db DB, r Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("look up idempotency record: %w", err)
 	}
-	if Fingerprint(row.RequestHash) != r.Fingerprint {
+	if !tombstone(row) && Fingerprint(row.RequestHash) != r.Fingerprint {
 		return nil, reused()
 	}
 	if State(row.State) == StatePending {

@@ -61,7 +61,7 @@ func (s *Store) Inspect(ctx context.Context, db DB, tenantID uuid.UUID, op Opera
 	rec := Record{
 		TenantID: row.TenantID, Operation: Operation(row.Operation), Key: Key(row.IdempotencyKey),
 		State: State(row.State), RecoveryPoint: RecoveryPoint(row.RecoveryPoint),
-		LockedUntil: utc(row.LockedUntil), RequestID: row.RequestID, Fingerprint: Fingerprint(row.RequestHash),
+		LockedUntil: utc(row.LockedUntil), RequestID: row.RequestID, Fingerprint: fingerprintOf(row),
 		Resource: resourceOf(row), Body: row.ResponseBody, HeldAt: utc(row.HeldAt),
 		Recoveries: int(row.Recoveries), NextRecoveryAt: utc(row.NextRecoveryAt),
 		CreatedAt: row.CreatedAt.UTC(), UpdatedAt: row.UpdatedAt.UTC(), ExpiresAt: row.ExpiresAt.UTC(),
@@ -97,4 +97,13 @@ func (s *Store) TraceContext(ctx context.Context, db DB, tenant uuid.UUID, op Op
 		return nil, fmt.Errorf("read trace context of %s %q: %w", op, key, err)
 	}
 	return tc, nil
+}
+
+// fingerprintOf is a record's request fingerprint; a tombstone has none
+// (the zero Fingerprint).
+func fingerprintOf(row dbsqlc.ApiIdempotency) Fingerprint {
+	if tombstone(row) {
+		return Fingerprint{}
+	}
+	return Fingerprint(row.RequestHash)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency/internal/dbsqlc"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // What a client may know of its own key (GET /v1/idempotency-keys/...):
@@ -36,6 +37,10 @@ const (
 	// KeyAwaitingOperator: the attempt is held for an operator; a retry is
 	// answered awaiting_operator until one has released it.
 	KeyAwaitingOperator KeyState = "awaiting_operator"
+	// KeyCancelled: a cancel stopped the request before it ran (a
+	// tombstone): any request under the key is answered with the cancel's
+	// refusal, whose status Status holds.
+	KeyCancelled KeyState = "cancelled"
 )
 
 // KeyStatus is what Lookup reports of a key.
@@ -51,6 +56,9 @@ type KeyStatus struct {
 	Location string
 	// ExpiresAt is until when the record is kept (zero for an unknown key).
 	ExpiresAt time.Time
+	// Point is the record's recovery point, for the service's own use (a
+	// client is not shown it).
+	Point RecoveryPoint
 }
 
 // Lookup reports the state of tenant's key of op as a retry would meet it,
@@ -66,6 +74,30 @@ func (s *Store) Lookup(ctx context.Context, db DB, tenantID uuid.UUID, op Operat
 	if err != nil {
 		return KeyStatus{}, fmt.Errorf("look up idempotency key: %w", err)
 	}
+	return s.statusOf(row)
+}
+
+// LockKey is Lookup under the record's lock, in tx, for a step that acts on
+// another operation's attempt (a cancel by key): the record stays as it is
+// read until tx ends. It returns the resource the attempt recorded too (nil
+// for none, and for an unknown key). A record locked by a transaction that
+// does not end within lock_timeout is request_in_progress.
+func (s *Store) LockKey(ctx context.Context, tx DB, tenantID uuid.UUID, op Operation, key Key) (KeyStatus, *Resource, error) {
+	row, err := lockRecord(ctx, tx, Request{TenantID: tenantID, Operation: op, Key: key})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return KeyStatus{State: KeyUnknown}, nil, nil
+	case postgres.IsLockTimeout(err):
+		return KeyStatus{}, nil, inProgress(time.Second, err)
+	case err != nil:
+		return KeyStatus{}, nil, err
+	}
+	st, err := s.statusOf(row)
+	return st, resourceOf(row), err
+}
+
+// statusOf is what a record tells its client (Lookup).
+func (s *Store) statusOf(row dbsqlc.ApiIdempotency) (KeyStatus, error) {
 	st := KeyStatus{ExpiresAt: row.ExpiresAt.UTC()}
 	switch now := s.nowUTC(); {
 	case State(row.State) != StatePending:
@@ -74,6 +106,9 @@ func (s *Store) Lookup(ctx context.Context, db DB, tenantID uuid.UUID, op Operat
 			return KeyStatus{}, err
 		}
 		st.State, st.Status, st.Location = KeyCompleted, resp.Status, resp.Location
+		if tombstone(row) {
+			st.State = KeyCancelled
+		}
 	case row.HeldAt != nil:
 		st.State = KeyAwaitingOperator
 	case row.LockedUntil != nil && row.LockedUntil.After(now):
@@ -83,5 +118,6 @@ func (s *Store) Lookup(ctx context.Context, db DB, tenantID uuid.UUID, op Operat
 		// Abandoned: the retry takes the attempt over and resumes it.
 		st.State, st.RetryAfter = KeyInProgress, wholeSeconds(0)
 	}
+	st.Point = RecoveryPoint(row.RecoveryPoint)
 	return st, nil
 }

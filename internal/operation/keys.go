@@ -70,7 +70,7 @@ func (h *KeyHandler) Get(c echo.Context) error {
 		out.ExpiresAt = &st.ExpiresAt
 	}
 	switch st.State {
-	case idempotency.KeyCompleted:
+	case idempotency.KeyCompleted, idempotency.KeyCancelled:
 		out.Response = &storedJSON{Status: st.Status, Location: st.Location}
 	case idempotency.KeyInProgress:
 		out.RetryAfter = int(st.RetryAfter / time.Second)

@@ -83,9 +83,8 @@ func (s *Service) cancelOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 		return a.Refuse(ctx, tx, problem.New(problem.OrderNotCancellable,
 			"Order %s is %s or has a payment in progress: it cannot be cancelled.", order.ID, order.Status), nil)
 	}
-	moved := false
 	if order.Status == StatusAwaitingPayment {
-		if moved, err = s.Advance(ctx, tx, req.TenantID, order.ID, StatusCancelled); err != nil {
+		if _, err := s.CancelUnpaid(ctx, tx, req.TenantID, order.ID, string(req.Key), a.Data.Reason); err != nil {
 			return operation.Outcome{}, err
 		}
 	}
@@ -96,29 +95,43 @@ func (s *Service) cancelOrder(ctx context.Context, tx pgx.Tx, a *operation.Attem
 	if err != nil {
 		return operation.Outcome{}, err
 	}
-	if moved {
-		payload, err := encodeJSON(cancelledJSON{Order: orderJSONFrom(order), Reason: a.Data.Reason})
-		if err != nil {
-			return operation.Outcome{}, err
-		}
-		if _, err := outbox.Append(ctx, tx, outbox.Event{
-			TenantID:       req.TenantID,
-			Type:           EventOrderCancelled,
-			AggregateType:  "order",
-			AggregateID:    order.ID,
-			IdempotencyKey: string(req.Key),
-			OccurredAt:     s.nowUTC(),
-			Payload:        json.RawMessage(payload),
-		}); err != nil {
-			return operation.Outcome{}, err
-		}
-	}
 	return a.Finish(ctx, tx, idempotency.Response{
 		Status:      http.StatusOK,
 		ContentType: "application/json",
 		Location:    "/v1/orders/" + order.ID.String(),
 		Body:        body,
 	}, &idempotency.Resource{Type: "order", ID: order.ID})
+}
+
+// CancelUnpaid moves an order awaiting its payment to cancelled, in tx,
+// with its order.cancelled event (key is the idempotency key of the request
+// that gave the order up), and reports whether it moved: false when the
+// order is no longer awaiting payment. It is the one way an order becomes
+// cancelled: a client's cancel (orders.cancel) and the refund that undoes a
+// payment cancelled by its key (payments) both call it.
+func (s *Service) CancelUnpaid(ctx context.Context, tx pgx.Tx, tenantID, id uuid.UUID, key, reason string) (bool, error) {
+	moved, err := s.Advance(ctx, tx, tenantID, id, StatusCancelled)
+	if err != nil || !moved {
+		return false, err
+	}
+	order, err := getOrder(ctx, dbsqlc.New(tx), tenantID, id)
+	if err != nil {
+		return false, err
+	}
+	payload, err := encodeJSON(cancelledJSON{Order: orderJSONFrom(order), Reason: reason})
+	if err != nil {
+		return false, err
+	}
+	_, err = outbox.Append(ctx, tx, outbox.Event{
+		TenantID:       tenantID,
+		Type:           EventOrderCancelled,
+		AggregateType:  "order",
+		AggregateID:    order.ID,
+		IdempotencyKey: key,
+		OccurredAt:     s.nowUTC(),
+		Payload:        json.RawMessage(payload),
+	})
+	return err == nil, err
 }
 
 // cancelledJSON is the payload of order.cancelled: the order as it is now,

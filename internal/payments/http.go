@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenants"
@@ -86,6 +87,50 @@ func (h *Handler) Refund(c echo.Context) error {
 		return err
 	}
 	resp, err := h.svc.refund.RunWith(c.Request().Context(), req, input)
+	if err != nil {
+		return err
+	}
+	return resp.Write(c.Response())
+}
+
+type cancelRequestJSON struct {
+	OrderID        *string `json:"order_id"`
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+// CancelByKey handles POST /v1/payments/cancel-by-key (cancel.go). Its own
+// Idempotency-Key names the cancel, as for every POST; the body names the
+// payment's.
+func (h *Handler) CancelByKey(c echo.Context) error {
+	req, input, err := operation.ParseRequest(c, OpCancel, operation.Target{}, func(raw []byte, _ uuid.UUID) (CancelInput, error) {
+		var in cancelRequestJSON
+		if err := wire.Decode(raw, &in); err != nil {
+			return CancelInput{}, err
+		}
+		var (
+			errs []problem.FieldError
+			out  CancelInput
+			err  error
+		)
+		if in.OrderID == nil {
+			errs = append(errs, problem.FieldError{Field: "order_id", Message: "is required: the order the payment is for"})
+		} else if out.OrderID, err = uuid.Parse(*in.OrderID); err != nil {
+			errs = append(errs, problem.FieldError{Field: "order_id", Message: "must be an order's id (a UUID)"})
+		}
+		if in.IdempotencyKey == nil {
+			errs = append(errs, problem.FieldError{Field: "idempotency_key", Message: "is required: the Idempotency-Key of the payment to cancel"})
+		} else if out.IdempotencyKey, err = idempotency.KeyOf(*in.IdempotencyKey); err != nil {
+			errs = append(errs, problem.FieldError{Field: "idempotency_key", Message: fmt.Sprintf("must be 1 to %d visible ASCII characters", idempotency.MaxKeyLength)})
+		}
+		if len(errs) > 0 {
+			return CancelInput{}, problem.Validation(errs...)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	resp, err := h.svc.cancel.RunWith(c.Request().Context(), req, input)
 	if err != nil {
 		return err
 	}

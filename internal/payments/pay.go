@@ -229,7 +229,15 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, pay Payment, c Cha
 	if !wasPending {
 		return st.payment(ctx, pay.TenantID, pay.ID) // finished by somebody else first
 	}
-	if moved.Status == StatusSucceeded {
+	switch {
+	case moved.Status == StatusSucceeded && moved.CancelRequestedAt != nil:
+		// Its client cancelled it while the outcome was unknown: the order
+		// is not paid, and the charge is refunded in full (cancel.go); the
+		// refund's success cancels the order.
+		if _, _, err := s.compensate(ctx, tx, moved); err != nil {
+			return Payment{}, err
+		}
+	case moved.Status == StatusSucceeded:
 		if _, err := s.orders.Advance(ctx, tx, moved.TenantID, moved.OrderID, orders.StatusPaid); err != nil {
 			return Payment{}, err
 		}
@@ -262,6 +270,11 @@ func (s *Service) finishPayment(ctx context.Context, tx pgx.Tx, a *operation.Att
 // payment_rejected when it refused the request without creating a charge.
 func paymentAnswer(pay Payment) (idempotency.Response, *idempotency.Resource, error) {
 	res := &idempotency.Resource{Type: "payment", ID: pay.ID}
+	if pay.CancelRequestedAt != nil && pay.Status == StatusSucceeded {
+		pe := problem.New(problem.PaymentCancelled, "%s It had charged, and is refunded in full.", cancelledPaymentDetail)
+		pe.Instance = "/v1/payments/" + pay.ID.String()
+		return operation.Refusal(pe), res, nil
+	}
 	switch pay.Status {
 	case StatusFailed:
 		pe := problem.New(problem.CardDeclined,

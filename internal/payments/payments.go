@@ -65,6 +65,8 @@ func Specs() []operation.Spec {
 	return []operation.Spec{
 		{Name: OpPay, Retention: MoneyRetention, Covers: money, Resumable: true},
 		{Name: OpRefund, Retention: MoneyRetention, Covers: money, Resumable: true},
+		// A cancel is one local step (cancel.go): nothing to resume.
+		{Name: OpCancel, Retention: MoneyRetention, Covers: money},
 	}
 }
 
@@ -167,8 +169,11 @@ type Payment struct {
 	RefundReserved int64
 	// AmountRefunded is what succeeded refunds gave back.
 	AmountRefunded int64
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// CancelRequestedAt is when a cancel by key asked, while the outcome
+	// was unknown, that the payment not happen (cancel.go); nil for none.
+	CancelRequestedAt *time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
 }
 
 // Refund is one refund of a payment.
@@ -191,7 +196,8 @@ func paymentFromRow(r dbsqlc.Payment) Payment {
 		ID: r.ID, TenantID: r.TenantID, OrderID: r.OrderID, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		ProviderKey: r.ProviderKey, Status: Status(r.Status), Amount: r.Amount, Currency: r.Currency,
 		PaymentMethod: r.PaymentMethod, ProviderChargeID: r.ProviderChargeID, FailureCode: r.FailureCode,
-		RefundReserved: r.RefundReserved, AmountRefunded: r.AmountRefunded, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		RefundReserved: r.RefundReserved, AmountRefunded: r.AmountRefunded, CancelRequestedAt: r.CancelRequestedAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 

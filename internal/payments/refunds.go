@@ -86,18 +86,36 @@ func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Att
 		return a.Refuse(ctx, tx, problem.New(problem.PaymentNotRefundable,
 			"Payment %s is %s; only succeeded payments can be refunded.", pay.ID, pay.Status), nil)
 	}
-	reserved, err := st.reserveRefund(ctx, pay.TenantID, pay.ID, a.Data.amount, s.nowUTC())
+	ref, refused, err := s.newRefund(ctx, st, req, pay, a.Data.amount)
 	if err != nil {
 		return operation.Outcome{}, err
 	}
+	if refused != nil {
+		return a.Refuse(ctx, tx, refused, nil)
+	}
+	a.Data.ref, a.Data.loaded, a.Data.recorded = ref, true, true
+	a.Data.pay = &pay
+	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: ref.ID})
+}
+
+// newRefund is refunds.create's phase 1 on pay, a succeeded payment locked
+// in st's transaction, for req: it reserves amount on the payment and
+// records a pending refund, or returns the refusal when the amount exceeds
+// what remains. Shared by a client's refund (reserveRefund) and a cancel's
+// compensation (compensate).
+func (s *Service) newRefund(ctx context.Context, st store, req idempotency.Request, pay Payment, amount int64) (Refund, *problem.Error, error) {
+	reserved, err := st.reserveRefund(ctx, pay.TenantID, pay.ID, amount, s.nowUTC())
+	if err != nil {
+		return Refund{}, nil, err
+	}
 	if !reserved {
-		return a.Refuse(ctx, tx, problem.New(problem.RefundExceedsPayment,
+		return Refund{}, problem.New(problem.RefundExceedsPayment,
 			"A refund of %d would exceed what remains of payment %s (%d of %d already refunded or in progress).",
-			a.Data.amount, pay.ID, pay.RefundReserved, pay.Amount), nil)
+			amount, pay.ID, pay.RefundReserved, pay.Amount), nil
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return operation.Outcome{}, err
+		return Refund{}, nil, err
 	}
 	ref, err := st.insertRefund(ctx, dbsqlc.RefundInsertParams{
 		ID:             id,
@@ -106,15 +124,10 @@ func (s *Service) reserveRefund(ctx context.Context, tx pgx.Tx, a *operation.Att
 		IdempotencyKey: string(req.Key),
 		RequestHash:    req.Fingerprint[:],
 		ProviderKey:    ProviderKey(req.TenantID, req.Operation, req.Key),
-		Amount:         a.Data.amount,
+		Amount:         amount,
 		CreatedAt:      s.nowUTC(),
 	})
-	if err != nil {
-		return operation.Outcome{}, err
-	}
-	a.Data.ref, a.Data.loaded, a.Data.recorded = ref, true, true
-	a.Data.pay = &pay
-	return a.Next(ctx, tx, PointRefundCreated, &idempotency.Resource{Type: "refund", ID: ref.ID})
+	return ref, nil, err
 }
 
 // refundAtProvider is the call between the phases: it asks the provider for
@@ -237,7 +250,13 @@ func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, ref Refund, pr Pro
 	if err != nil {
 		return Refund{}, err
 	}
-	if _, err := s.orders.Advance(ctx, tx, pay.TenantID, pay.OrderID, refundedStatus(pay)); err != nil {
+	if pay.CancelRequestedAt != nil {
+		// The compensation of a payment cancelled by its key: its order was
+		// never paid, and is given up, with its order.cancelled event.
+		if _, err := s.orders.CancelUnpaid(ctx, tx, pay.TenantID, pay.OrderID, moved.IdempotencyKey, cancelledOrderReason); err != nil {
+			return Refund{}, err
+		}
+	} else if _, err := s.orders.Advance(ctx, tx, pay.TenantID, pay.OrderID, refundedStatus(pay)); err != nil {
 		return Refund{}, err
 	}
 	if _, err := outbox.Append(ctx, tx, refundSucceededEvent(moved, pay, now)); err != nil {

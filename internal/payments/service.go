@@ -27,6 +27,7 @@ type Service struct {
 
 	pay    *operation.Phases[payAttempt]
 	refund *operation.Phases[refundAttempt]
+	cancel *operation.Phases[CancelInput]
 	// store holds the records whose trace a provider event links to.
 	store *idempotency.Store
 }
@@ -37,6 +38,7 @@ func NewService(pool *pgxpool.Pool, ops *operation.Runner, orderSvc *orders.Serv
 	s := &Service{pool: pool, orders: orderSvc, provider: provider, logger: logger, now: now, store: ops.Store()}
 	s.pay = operation.NewPhases(ops, OpPay, s.paySteps())
 	s.refund = operation.NewPhases(ops, OpRefund, s.refundSteps())
+	s.cancel = operation.NewPhases(ops, OpCancel, s.cancelSteps())
 	return s
 }
 

@@ -206,3 +206,11 @@ func (st store) refundsOfOrder(ctx context.Context, tenantID, orderID uuid.UUID)
 	}
 	return out, nil
 }
+
+// requestCancel marks a pending payment to be cancelled (cancel.go); false
+// when it is no longer pending.
+func (st store) requestCancel(ctx context.Context, tenantID, id uuid.UUID, now time.Time) (bool, error) {
+	_, err := st.q.PaymentRequestCancel(ctx, dbsqlc.PaymentRequestCancelParams{TenantID: tenantID, ID: id, Now: now})
+	missing, err := noRow(err, "mark payment to be cancelled")
+	return !missing && err == nil, err
+}

@@ -45,6 +45,7 @@ const (
 	OrderAlreadyPaid           Code = "order_already_paid"
 	OrderNotPayable            Code = "order_not_payable"
 	OrderNotCancellable        Code = "order_not_cancellable"
+	PaymentCancelled           Code = "payment_cancelled"
 	RefundExceedsPayment       Code = "refund_exceeds_payment"
 	PaymentNotRefundable       Code = "payment_not_refundable"
 	PaymentRejected            Code = "payment_rejected"
@@ -74,6 +75,7 @@ var statuses = map[Code]int{
 	OrderAlreadyPaid:           http.StatusConflict,
 	OrderNotPayable:            http.StatusConflict,
 	OrderNotCancellable:        http.StatusConflict,
+	PaymentCancelled:           http.StatusConflict,
 	RefundExceedsPayment:       http.StatusUnprocessableEntity,
 	PaymentNotRefundable:       http.StatusConflict,
 	PaymentRejected:            http.StatusUnprocessableEntity,

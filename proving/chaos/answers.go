@@ -12,9 +12,10 @@ import (
 // intent of the run: status, and the problem code of a 4xx.
 var allowed = map[string][]string{
 	OpOrder:  {"200", "201"},
-	OpPay:    {"201", "200", "402 card_declined", "409 order_already_paid", "409 order_not_payable"},
+	OpPay:    {"201", "200", "402 card_declined", "409 order_already_paid", "409 order_not_payable", "409 payment_cancelled"},
 	OpRefund: {"201", "200", "422 refund_exceeds_payment"},
 	OpCancel: {"200", "409 order_not_cancellable"},
+	OpGiveUp: {"200", "202"},
 }
 
 func answerName(call Call) string {
@@ -91,7 +92,11 @@ func (c *checker) contradiction(tenant string, call Call) string {
 			return fmt.Sprintf("answered card_declined, the key's payment %q is %q", p.ID, p.Status)
 		case (call.Code == "order_already_paid" || call.Code == "order_not_payable") && found:
 			return fmt.Sprintf("answered %s, yet the key made payment %s", call.Code, p.ID)
+		case call.Code == "payment_cancelled" && !c.tombstoned(tenant, call.Key) && !(found && p.CancelRequested):
+			return fmt.Sprintf("answered payment_cancelled, yet no cancel stopped the key (payment %q)", p.ID)
 		}
+	case OpGiveUp:
+		return c.giveUpContradiction(tenant, call)
 	case OpCancel:
 		o, found := c.orderByID[call.Parent]
 		switch {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
 )
 
 // Kind names one invariant. A Violation of it is a bug of the service (or of
@@ -25,6 +28,15 @@ const (
 	// payment or a succeeded provider charge: the customer gave the order
 	// up and was charged for it anyway.
 	CancelledCharged Kind = "cancelled_order_charged"
+	// GivenUpCharged: a payment its client gave up by its key (POST
+	// /v1/payments/cancel-by-key answered cancel_requested or
+	// refund_started, or the payment carries the cancel's mark) ended
+	// charged and not refunded in full.
+	GivenUpCharged Kind = "given_up_payment_charged"
+	// GivenUpFulfilled: a payment marked cancelled while its outcome was
+	// unknown was fulfilled: its order shipped although the client gave
+	// the payment up before it was known to have succeeded.
+	GivenUpFulfilled Kind = "given_up_payment_fulfilled"
 	// ChargeMismatch: a payment and the provider disagree: we say succeeded
 	// and the provider has no such succeeded charge (or another amount), or
 	// we say failed and the provider charged.
@@ -96,7 +108,7 @@ const (
 
 // Kinds lists every invariant, in report order.
 var Kinds = []Kind{
-	DoubleCharge, ChargeWithoutPayment, CancelledCharged, ChargeMismatch, Unsettled, OrderStatusMismatch,
+	DoubleCharge, ChargeWithoutPayment, CancelledCharged, GivenUpCharged, GivenUpFulfilled, ChargeMismatch, Unsettled, OrderStatusMismatch,
 	RefundExceedsPayment, RefundMismatch, EventMissing, EventDuplicated, EventUnpublished,
 	EventUnconsumed, FulfillmentMismatch, StockMismatch, WebhookUnprocessed,
 	IntentNotDefinite, ClientUnresolved, AnswerMismatch, UnexpectedAnswer, UnhealthyDuringOutage, NotReconnected, DataRace,
@@ -126,6 +138,10 @@ const (
 	statusPending      = "pending"
 	orderCancelled     = "cancelled"
 	codeInProgress     = "request_in_progress"
+	// A tombstone's recovery point, and the key prefix of the refund that
+	// undoes a cancelled payment.
+	pointCancelled     = string(idempotency.PointCancelled)
+	compensationPrefix = payments.CompensationKeyPrefix
 )
 
 // Check returns every violation of the invariants in h, sorted by kind and
@@ -133,6 +149,7 @@ const (
 func Check(h History) []Violation {
 	c := newChecker(h)
 	c.ledger()
+	c.givenUp()
 	c.orders()
 	c.refunds()
 	c.events()
@@ -170,8 +187,9 @@ type checker struct {
 	eventsOf         map[string]map[string]int // aggregate id -> type -> count
 	records          map[string]Record         // tenant/op/key
 	// skipStatus holds orders whose status is not checked because a more
-	// specific violation already explains them.
-	skipStatus map[string]bool
+	// specific violation already explains them; skipShipped the same for
+	// an order's receipts.
+	skipStatus, skipShipped map[string]bool
 }
 
 func tk(tenant, key string) string { return tenant + "/" + key }
@@ -193,6 +211,7 @@ func newChecker(h History) *checker {
 		eventsOf:         map[string]map[string]int{},
 		records:          map[string]Record{},
 		skipStatus:       map[string]bool{},
+		skipShipped:      map[string]bool{},
 	}
 	for _, o := range h.DB.Orders {
 		c.orderByID[o.ID] = o
@@ -267,6 +286,9 @@ func (c *checker) ledger() {
 		}
 		for _, p := range c.paymentsOfOrder[o.ID] {
 			charged := slices.ContainsFunc(c.chargesOfRef[p.ID], func(ch Charge) bool { return ch.Status == statusSucceeded })
+			if p.CancelRequested {
+				continue // given up by its key: givenUp checks its refund
+			}
 			if p.Status == statusSucceeded || charged {
 				c.add(CancelledCharged, "order "+o.ID, "cancelled, yet its payment %s is %s (a succeeded charge at the provider: %t)", p.ID, p.Status, charged)
 				c.skipStatus[o.ID] = true
@@ -315,6 +337,13 @@ func (c *checker) orders() {
 		}
 		var want string
 		switch {
+		case paid != nil && paid.CancelRequested:
+			// Given up while its outcome was unknown: never paid; its
+			// charge refunded in full gives the order up.
+			want = "awaiting_payment"
+			if paid.AmountRefunded == paid.Amount {
+				want = orderCancelled
+			}
 		case paid == nil:
 			want = "awaiting_payment cancelled"
 		case paid.AmountRefunded == 0:
@@ -469,6 +498,7 @@ func (c *checker) fulfillment() {
 	for _, o := range c.h.DB.Orders {
 		n := receipts[o.ID]
 		switch {
+		case c.skipShipped[o.ID]:
 		case n > 1:
 			c.add(FulfillmentMismatch, "order "+o.ID, "%d receipts: shipped more than once", n)
 		case n == 0 && o.Status == "fulfilled":

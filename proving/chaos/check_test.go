@@ -36,6 +36,8 @@ func cleanHistory() History {
 				{ID: "o4", Tenant: t, Key: "k4-order", Status: "refunded", AmountTotal: 1800},
 				{ID: "o5", Tenant: t, Key: "k5-order", Status: "cancelled", AmountTotal: 1500},
 				{ID: "o6", Tenant: t, Key: "k6-order", Status: "paid", AmountTotal: 3000},
+				{ID: "o7", Tenant: t, Key: "k7-order", Status: "awaiting_payment", AmountTotal: 1200},
+				{ID: "o8", Tenant: t, Key: "k8-order", Status: "cancelled", AmountTotal: 1400},
 			},
 			OrderItems: []OrderItem{
 				{OrderID: "o1", SKU: "espresso", Quantity: 1},
@@ -44,6 +46,8 @@ func cleanHistory() History {
 				{OrderID: "o4", SKU: "mug", Quantity: 1},
 				{OrderID: "o5", SKU: "mug", Quantity: 2},
 				{OrderID: "o6", SKU: "kettle", Quantity: 1},
+				{OrderID: "o7", SKU: "dripper", Quantity: 1},
+				{OrderID: "o8", SKU: "espresso", Quantity: 1},
 			},
 			Payments: []Payment{
 				{ID: "p1", Tenant: t, OrderID: "o1", Key: "k1-pay", ProviderKey: "pk1", Status: "succeeded", Amount: 2490, ChargeID: "ch1", AmountRefunded: 500},
@@ -52,10 +56,14 @@ func cleanHistory() History {
 				{ID: "p4", Tenant: t, OrderID: "o3", Key: "k3-pay", ProviderKey: "pk4", Status: "failed", Amount: 2200, ChargeID: "ch4"},
 				{ID: "p5", Tenant: t, OrderID: "o4", Key: "k4-pay", ProviderKey: "pk5", Status: "succeeded", Amount: 1800, ChargeID: "ch5", AmountRefunded: 1800},
 				{ID: "p16", Tenant: t, OrderID: "o6", Key: "k6-pay", ProviderKey: "pk16", Status: "succeeded", Amount: 3000, ChargeID: "ch16"},
+				// Given up by its key while the outcome was unknown: charged,
+				// never paid, refunded in full.
+				{ID: "p8", Tenant: t, OrderID: "o8", Key: "k8-pay", ProviderKey: "pk8", Status: "succeeded", Amount: 1400, ChargeID: "ch8", AmountRefunded: 1400, CancelRequested: true},
 			},
 			Refunds: []Refund{
 				{ID: "r1", Tenant: t, PaymentID: "p1", Key: "k1-refund", ProviderKey: "pkr1", Status: "succeeded", Amount: 500, ProviderRefundID: "re1"},
 				{ID: "r2", Tenant: t, PaymentID: "p5", Key: "k4-refund", ProviderKey: "pkr2", Status: "succeeded", Amount: 1800, ProviderRefundID: "re2"},
+				{ID: "r8", Tenant: t, PaymentID: "p8", Key: "oncepay-cancel:p8", ProviderKey: "pkr8", Status: "succeeded", Amount: 1400, ProviderRefundID: "re8"},
 			},
 			Records: []Record{
 				{Tenant: t, Operation: OpOrder, Key: "k1-order", State: "completed", Status: 201},
@@ -76,6 +84,13 @@ func cleanHistory() History {
 				{Tenant: t, Operation: OpOrder, Key: "k6-order", State: "completed", Status: 201},
 				{Tenant: t, Operation: OpPay, Key: "k6-pay", State: "completed", Status: 201},
 				{Tenant: t, Operation: OpCancel, Key: "k6-cancel", State: "failed", Status: 409},
+				{Tenant: t, Operation: OpOrder, Key: "k7-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpGiveUp, Key: "k7-give-up", State: "completed", Status: 200},
+				{Tenant: t, Operation: OpPay, Key: "k7-pay", State: "failed", Status: 409, Point: "cancelled"},
+				{Tenant: t, Operation: OpOrder, Key: "k8-order", State: "completed", Status: 201},
+				{Tenant: t, Operation: OpPay, Key: "k8-pay", State: "failed", Status: 409},
+				{Tenant: t, Operation: OpGiveUp, Key: "k8-give-up", State: "completed", Status: 202},
+				{Tenant: t, Operation: OpRefund, Key: "oncepay-cancel:p8", State: "completed", Status: 201},
 			},
 			Events: []Event{
 				{ID: "e-o1", Type: "order.created", AggregateID: "o1", Published: true},
@@ -93,12 +108,18 @@ func cleanHistory() History {
 				{ID: "e-o5c", Type: "order.cancelled", AggregateID: "o5", Published: true},
 				{ID: "e-o6", Type: "order.created", AggregateID: "o6", Published: true},
 				{ID: "e-p16", Type: "payment.succeeded", AggregateID: "p16", Published: true},
+				{ID: "e-o7", Type: "order.created", AggregateID: "o7", Published: true},
+				{ID: "e-o8", Type: "order.created", AggregateID: "o8", Published: true},
+				{ID: "e-p8", Type: "payment.succeeded", AggregateID: "p8", Published: true},
+				{ID: "e-r8", Type: "refund.succeeded", AggregateID: "r8", Published: true},
+				{ID: "e-o8c", Type: "order.cancelled", AggregateID: "o8", Published: true},
 			},
 			StockBefore: []Stock{{t, "espresso", 100}, {t, "kettle", 100}, {t, "dripper", 100}, {t, "mug", 100}},
 			StockAfter:  []Stock{{t, "espresso", 99}, {t, "kettle", 99}, {t, "dripper", 100}, {t, "mug", 99}},
 			Processed: []Processed{
 				{"e-p1", "fulfillment"}, {"e-p3", "fulfillment"}, {"e-p5", "fulfillment"},
 				{"e-r1", "fulfillment"}, {"e-r2", "fulfillment"}, {"e-p16", "fulfillment"},
+				{"e-p8", "fulfillment"}, {"e-r8", "fulfillment"},
 			},
 			Notifications: []Notification{
 				{OrderID: "o1", Kind: "receipt", EventID: "e-p1"},
@@ -116,16 +137,19 @@ func cleanHistory() History {
 				{ID: "ch4", Amount: 2200, Status: "failed", Reference: "p4", IdempotencyKey: "pk4"},
 				{ID: "ch5", Amount: 1800, Status: "succeeded", Reference: "p5", IdempotencyKey: "pk5", AmountRefunded: 1800},
 				{ID: "ch16", Amount: 3000, Status: "succeeded", Reference: "p16", IdempotencyKey: "pk16"},
+				{ID: "ch8", Amount: 1400, Status: "succeeded", Reference: "p8", IdempotencyKey: "pk8", AmountRefunded: 1400},
 			},
 			Refunds: []LedgerRefund{
 				{ID: "re1", Charge: "ch1", Amount: 500, Status: "succeeded", Reference: "r1", IdempotencyKey: "pkr1"},
 				{ID: "re2", Charge: "ch5", Amount: 1800, Status: "succeeded", Reference: "r2", IdempotencyKey: "pkr2"},
+				{ID: "re8", Charge: "ch8", Amount: 1400, Status: "succeeded", Reference: "r8", IdempotencyKey: "pkr8"},
 			},
 		},
 		// Duplicates in the stream are at-least-once delivery, not a violation.
 		Stream: &StreamState{MessageIDs: map[string]int{
 			"e-o1": 1, "e-o2": 1, "e-o3": 1, "e-o4": 1, "e-p1": 2, "e-p2": 1, "e-p3": 1,
 			"e-p4": 1, "e-p5": 1, "e-r1": 1, "e-r2": 1, "e-o5": 1, "e-o5c": 1, "e-o6": 1, "e-p16": 1,
+			"e-o7": 1, "e-o8": 1, "e-p8": 1, "e-r8": 1, "e-o8c": 1,
 		}},
 		Outcomes: []Outcome{
 			{Intent: 1, Tenant: t, Calls: []Call{
@@ -158,8 +182,23 @@ func cleanHistory() History {
 				{Op: OpPay, Key: "k6-pay", Status: 201, ResourceID: "p16", ResourceStatus: "succeeded", Parent: "o6", Amount: 3000, Attempts: 1},
 				{Op: OpCancel, Key: "k6-cancel", Status: 409, Code: "order_not_cancellable", Parent: "o6", Attempts: 1},
 			}},
+			{Intent: 7, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k7-order", Status: 201, ResourceID: "o7", Amount: 1200, Attempts: 1},
+				{Op: OpGiveUp, Key: "k7-give-up", Status: 200, ResourceStatus: "prevented", Parent: "o7", Target: "k7-pay", Attempts: 1},
+				{Op: OpPay, Key: "k7-pay", Status: 409, Code: "payment_cancelled", Attempts: 1},
+			}},
+			{Intent: 8, Tenant: t, Calls: []Call{
+				{Op: OpOrder, Key: "k8-order", Status: 201, ResourceID: "o8", Amount: 1400, Attempts: 1},
+				{Op: OpGiveUp, Key: "k8-give-up", Status: 202, ResourceID: "p8", ResourceStatus: "cancel_requested", Parent: "o8", Target: "k8-pay", Attempts: 1},
+				{Op: OpPay, Key: "k8-pay", Status: 409, Code: "payment_cancelled", Attempts: 3},
+			}},
 		},
 	}
+}
+
+// recordOf is h's idempotency record of op and key.
+func recordOf(h *History, op, key string) *Record {
+	return &h.DB.Records[slices.IndexFunc(h.DB.Records, func(r Record) bool { return r.Operation == op && r.Key == key })]
 }
 
 // outageBegan is when the database of cleanHistory went away.
@@ -262,7 +301,7 @@ func TestCheckReportsEachViolation(t *testing.T) {
 			h.DB.Payments[5].Status, h.Ledger.Charges[5].Status = "failed", "failed"
 			h.DB.Records[16].State, h.DB.Records[16].Status = "failed", 402
 			h.DB.Orders[5].Status = "cancelled"
-			h.DB.Events[len(h.DB.Events)-1].Type = "payment.failed"
+			h.DB.Events[slices.IndexFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-p16" })].Type = "payment.failed"
 			h.DB.Events = append(h.DB.Events, Event{ID: "e-o6c", Type: "order.cancelled", AggregateID: "o6", Published: true})
 			h.Stream.MessageIDs["e-o6c"] = 1
 		}},
@@ -273,6 +312,45 @@ func TestCheckReportsEachViolation(t *testing.T) {
 		}},
 		{"a cancelled order without its event", EventMissing, "order.cancelled o5", func(h *History) {
 			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-o5c" })
+		}},
+		{"a payment given up by its key, charged and never refunded", GivenUpCharged, "payment p8", func(h *History) {
+			// What the service would leave without the compensation.
+			h.DB.Payments[6].AmountRefunded, h.Ledger.Charges[6].AmountRefunded = 0, 0
+			h.DB.Refunds = h.DB.Refunds[:2]
+			h.Ledger.Refunds = h.Ledger.Refunds[:2]
+			h.DB.Records = slices.DeleteFunc(h.DB.Records, func(r Record) bool { return r.Key == "oncepay-cancel:p8" })
+			h.DB.Orders[7].Status = "awaiting_payment"
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-r8" || e.ID == "e-o8c" })
+		}},
+		{"a payment the client gave up succeeded, the give-up said refund_started and nothing undid it", GivenUpCharged, "payment p8", func(h *History) {
+			// Without the cancel's mark: only the answer says it was given up.
+			p := &h.DB.Payments[6]
+			// The compensating refund was started and failed.
+			p.CancelRequested, p.AmountRefunded, h.Ledger.Charges[6].AmountRefunded = false, 0, 0
+			h.DB.Refunds[2].Status, h.DB.Refunds[2].ProviderRefundID = "failed", ""
+			h.Ledger.Refunds = h.Ledger.Refunds[:2]
+			h.DB.Orders[7].Status = "paid"
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-r8" || e.ID == "e-o8c" })
+			r := recordOf(h, OpPay, "k8-pay")
+			r.State, r.Status = "completed", 201
+			h.Outcomes[7].Calls[1].ResourceStatus = "refund_started"
+			h.Outcomes[7].Calls[2] = Call{Op: OpPay, Key: "k8-pay", Status: 201, ResourceID: "p8", ResourceStatus: "succeeded", Parent: "o8", Amount: 1400, Attempts: 1}
+		}},
+		{"a payment marked cancelled while unknown shipped", GivenUpFulfilled, "payment p8", func(h *History) {
+			h.DB.Notifications = append(h.DB.Notifications, Notification{OrderID: "o8", Kind: "receipt", EventID: "e-p8"})
+			h.DB.StockAfter[0].Stock--
+		}},
+		{"a give-up answered prevented, yet the payment's key ran", AnswerMismatch, "intent 7 payments.cancel k7-give-up", func(h *History) {
+			h.DB.Payments = append(h.DB.Payments, Payment{ID: "p7", Tenant: "acme", OrderID: "o7", Key: "k7-pay", ProviderKey: "pk7", Status: "failed", Amount: 1200})
+			h.DB.Events = append(h.DB.Events, Event{ID: "e-p7", Type: "payment.failed", AggregateID: "p7", Published: true})
+			h.Stream.MessageIDs["e-p7"] = 1
+		}},
+		{"a pay answered payment_cancelled, no cancel stopped its key", AnswerMismatch, "intent 8 payments.create k8-pay", func(h *History) {
+			h.Outcomes[7].Calls = h.Outcomes[7].Calls[:1:1]
+			h.Outcomes[7].Calls = append(h.Outcomes[7].Calls, Call{Op: OpPay, Key: "k8-pay", Status: 409, Code: "payment_cancelled", Attempts: 1})
+			h.DB.Payments[6].CancelRequested = false
+			h.DB.Orders[7].Status = "refunded"
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e Event) bool { return e.ID == "e-o8c" })
 		}},
 		{"provider charge nobody recorded", ChargeWithoutPayment, "charge ch9", func(h *History) {
 			h.Ledger.Charges = append(h.Ledger.Charges, Charge{ID: "ch9", Amount: 100, Status: "succeeded", Reference: "p-unknown"})

@@ -140,6 +140,10 @@ type Payment struct {
 	Amount         int64  `json:"amount"`
 	ChargeID       string `json:"charge_id"`
 	AmountRefunded int64  `json:"amount_refunded"`
+	// CancelRequested: a cancel by key marked the payment while its outcome
+	// was unknown (cancel_requested_at): a charge must be refunded in full,
+	// and the order never paid.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // Refund is a row of refunds.
@@ -161,6 +165,9 @@ type Record struct {
 	Key       string `json:"key"`
 	State     string `json:"state"`
 	Status    int    `json:"status"`
+	// Point is the recovery point; "cancelled" is a tombstone, written by
+	// a cancel by key before any request under the key ran.
+	Point string `json:"point,omitempty"`
 }
 
 // Event is a row of outbox_events.
@@ -242,10 +249,11 @@ const (
 	OpPay    = string(payments.OpPay)
 	OpRefund = string(payments.OpRefund)
 	OpCancel = "orders.cancel"
+	OpGiveUp = string(payments.OpCancel)
 )
 
 // Operations lists the operations the chaos run drives.
-func Operations() []string { return []string{OpOrder, OpPay, OpRefund, OpCancel} }
+func Operations() []string { return []string{OpOrder, OpPay, OpRefund, OpCancel, OpGiveUp} }
 
 // NotDriven names the registered operations the chaos run leaves out, each
 // with the reason: a run that reports zero violations says so only about
@@ -272,9 +280,13 @@ type Call struct {
 	// payment's or the refund's amount.
 	Amount int64 `json:"amount,omitempty"`
 	// Parent is what a 2xx answer said the resource belongs to: a
-	// payment's order, a refund's payment; for a cancel, whatever its
-	// answer, the order it asked to cancel.
+	// payment's order, a refund's payment; for a cancel and a give-up,
+	// whatever their answer, the order they named.
 	Parent string `json:"parent,omitempty"`
+	// Target is, for a give-up (a cancel by key), the key of the payment it
+	// gave up; its ResourceStatus is the cancel's outcome and ResourceID
+	// the payment it found, if any.
+	Target string `json:"target,omitempty"`
 	// Attempts counts the client's HTTP attempts.
 	Attempts int `json:"attempts"`
 	// Err is the client's error when the call ended without a definite

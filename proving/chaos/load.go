@@ -147,6 +147,10 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 	if order == nil {
 		return out
 	}
+	if in.GiveUp != GiveUpNone {
+		d.payAndGiveUp(ctx, in, orderID, add)
+		return out
+	}
 
 	// A racing cancel runs beside the payment; the intent ends when both
 	// have (this wait runs before the sort above).
@@ -206,6 +210,44 @@ func (d *driver) run(ctx context.Context, in Intent) (out Outcome) {
 	return out
 }
 
+// payAndGiveUp sends the intent's payment and gives it up by its key
+// before, beside or after it (Intent.GiveUp).
+func (d *driver) payAndGiveUp(ctx context.Context, in Intent, orderID string, add func(Call)) {
+	pay := func() {
+		key := d.plan.Key(in, "pay")
+		p, meta, err := d.clients[in.Tenant].Pay(ctx, orderID, in.Method, client.WithIdempotencyKey(key))
+		add(d.record(OpPay, key, meta, err, paymentTold(p)))
+	}
+	giveUp := func() { add(d.giveUp(ctx, in, orderID, d.plan.Key(in, "give-up"))) }
+	switch in.GiveUp {
+	case GiveUpFirst:
+		giveUp()
+		pay()
+	case GiveUpAfter:
+		pay()
+		giveUp()
+	default:
+		var wg sync.WaitGroup
+		wg.Go(pay)
+		wg.Go(giveUp)
+		wg.Wait()
+	}
+}
+
+// giveUp cancels the intent's payment by its key (the "pay" call's), under
+// key: the answer says what the cancel did.
+func (d *driver) giveUp(ctx context.Context, in Intent, orderID, key string) Call {
+	payKey := d.plan.Key(in, "pay")
+	cn, meta, err := d.clients[in.Tenant].CancelPaymentByKey(ctx, orderID, payKey, client.WithIdempotencyKey(key))
+	var t told
+	if cn != nil {
+		t = told{id: cn.PaymentID, status: cn.Outcome}
+	}
+	c := d.record(OpGiveUp, key, meta, err, t)
+	c.Parent, c.Target = orderID, payKey
+	return c
+}
+
 // cancel asks to cancel the intent's order under key: the answer is the
 // cancelled order, or a refusal because the order is paid or being paid.
 func (d *driver) cancel(ctx context.Context, in Intent, orderID, key string) Call {
@@ -253,6 +295,8 @@ func (d *driver) resume(ctx context.Context, in Intent, out Outcome, c Call) Cal
 		return d.record(OpPay, c.Key, meta, err, paymentTold(p))
 	case OpCancel:
 		return d.cancel(ctx, in, orderID, c.Key)
+	case OpGiveUp:
+		return d.giveUp(ctx, in, orderID, c.Key)
 	case OpRefund:
 		if paymentID == "" {
 			return c

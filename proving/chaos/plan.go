@@ -221,7 +221,25 @@ type Intent struct {
 	// the same time as the payment (whichever takes the order's lock first
 	// wins; the order must never end cancelled and charged).
 	Cancel CancelMode `json:"cancel,omitempty"`
+	// GiveUp cancels the payment by its key (POST
+	// /v1/payments/cancel-by-key): GiveUpFirst before the payment request
+	// is sent (a request still in the network: it must be refused and
+	// never reach the provider), GiveUpRacing at the same time as it,
+	// GiveUpAfter once it ended, whatever it answered. A give-up intent has
+	// no other payment, refund or cancel.
+	GiveUp GiveUpMode `json:"give_up,omitempty"`
 }
+
+// GiveUpMode is when an intent gives its payment up by its key.
+type GiveUpMode string
+
+// The give-ups of an intent.
+const (
+	GiveUpNone   GiveUpMode = ""
+	GiveUpFirst  GiveUpMode = "first"
+	GiveUpRacing GiveUpMode = "racing"
+	GiveUpAfter  GiveUpMode = "after"
+)
 
 // CancelMode is when an intent cancels its order.
 type CancelMode string
@@ -317,6 +335,15 @@ func NewPlan(seed uint64, o PlanOptions) *Plan {
 			in.Cancel = CancelFirst
 		case x < 9:
 			in.Cancel = CancelRacing
+		case x < 11:
+			in.GiveUp = GiveUpFirst
+		case x < 14:
+			in.GiveUp = GiveUpRacing
+		case x < 17:
+			in.GiveUp = GiveUpAfter
+		}
+		if in.GiveUp != GiveUpNone {
+			in.SecondCard, in.DoublePay, in.Refunds, in.ConcurrentRefunds = false, false, nil, false
 		}
 		p.Intents = append(p.Intents, in)
 		for _, call := range p.calls(in) {
@@ -343,6 +370,9 @@ func (p *Plan) calls(in Intent) []string {
 	out := []string{"order", "pay"}
 	if in.Cancel != CancelNone {
 		out = append(out, "cancel")
+	}
+	if in.GiveUp != GiveUpNone {
+		out = append(out, "give-up")
 	}
 	if in.SecondCard {
 		out = append(out, "pay-2")

@@ -54,6 +54,13 @@ func (rep *Report) Print(w io.Writer) {
 	p("load")
 	p("  calls: %d orders, %d payments, %d refunds, %d cancels; HTTP attempts %d; client retries %d; replayed answers %d; resumed after settling %d",
 		rep.Calls[OpOrder], rep.Calls[OpPay], rep.Calls[OpRefund], rep.Calls[OpCancel], rep.Attempts, rep.Retries, rep.Replayed, rep.Resumed)
+	if n := rep.Calls[OpGiveUp]; n > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(rep.GiveUps)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, rep.GiveUps[k]))
+		}
+		p("  payments given up by their keys: %d (%s)", n, strings.Join(parts, ", "))
+	}
 	p("  proxy: %d requests, %d cut by a dying API (502), %d with no API up (503)", rep.Proxy.Requests, rep.Proxy.Cut, rep.Proxy.NoBackend)
 	p("  provider: %d charges in the ledger; webhooks: %d events, %d delivered, %d abandoned, %d attempts",
 		rep.Charges, rep.Webhooks.Events, rep.Webhooks.Delivered, rep.Webhooks.Abandoned, rep.Webhooks.Attempts)
@@ -135,6 +142,17 @@ func (rep *Report) Print(w io.Writer) {
 		return
 	}
 	p("result: FAIL: %d violations (replay: --seed %d --intents %d)", len(rep.Violations), rep.Seed, rep.Intents)
+}
+
+// giveUpOutcome is what a give-up did, by its final answer.
+func giveUpOutcome(c Call) string {
+	if !c.Definite() && c.Resumed != nil {
+		c = *c.Resumed
+	}
+	if c.Status >= 200 && c.Status < 300 {
+		return c.ResourceStatus
+	}
+	return answerName(c)
 }
 
 // RunFailures lists what fails a completed run besides its invariant
@@ -254,25 +272,28 @@ type Report struct {
 	// Outages sums up the database's absences; GaveUp counts the calls
 	// whose client gave up while the database was away (resumed after
 	// settling, see gaveUpDuringOutage).
-	Outages    OutageStats       `json:"outages"`
-	GaveUp     int               `json:"gave_up_during_outages"`
-	Features   Features          `json:"features"`
-	Faults     map[FaultKind]int `json:"faults"`
-	Calls      map[string]int    `json:"calls"`
-	Attempts   int64             `json:"attempts"`
-	Retries    int64             `json:"retries"`
-	Replayed   int64             `json:"replayed"`
-	Resumed    int               `json:"resumed"`
-	Proxy      ProxyStats        `json:"proxy"`
-	Webhooks   WebhookStats      `json:"webhooks"`
-	Charges    int               `json:"charges"`
-	Load       time.Duration     `json:"load"`
-	Settle     time.Duration     `json:"settle"`
-	Total      time.Duration     `json:"total"`
-	Unsettled  string            `json:"unsettled,omitempty"`
-	Violations []Violation       `json:"violations"`
-	ByKind     map[Kind]int      `json:"by_kind"`
-	Steps      map[StepKind]int  `json:"steps"`
+	Outages  OutageStats       `json:"outages"`
+	GaveUp   int               `json:"gave_up_during_outages"`
+	Features Features          `json:"features"`
+	Faults   map[FaultKind]int `json:"faults"`
+	Calls    map[string]int    `json:"calls"`
+	// GiveUps counts the give-ups (cancels by key) by what they did: the
+	// outcome of a definite answer, or what else they ended on.
+	GiveUps    map[string]int   `json:"give_ups"`
+	Attempts   int64            `json:"attempts"`
+	Retries    int64            `json:"retries"`
+	Replayed   int64            `json:"replayed"`
+	Resumed    int              `json:"resumed"`
+	Proxy      ProxyStats       `json:"proxy"`
+	Webhooks   WebhookStats     `json:"webhooks"`
+	Charges    int              `json:"charges"`
+	Load       time.Duration    `json:"load"`
+	Settle     time.Duration    `json:"settle"`
+	Total      time.Duration    `json:"total"`
+	Unsettled  string           `json:"unsettled,omitempty"`
+	Violations []Violation      `json:"violations"`
+	ByKind     map[Kind]int     `json:"by_kind"`
+	Steps      map[StepKind]int `json:"steps"`
 	// Paths counts API log lines that show recovery paths at work.
 	Paths map[string]int `json:"paths"`
 	// InternalErrors counts the requests the APIs answered 500

@@ -404,10 +404,13 @@ func (r *runner) finish(ctx context.Context, h History) {
 	for _, v := range rep.Violations {
 		rep.ByKind[v.Kind]++
 	}
-	rep.Calls = map[string]int{}
+	rep.Calls, rep.GiveUps = map[string]int{}, map[string]int{}
 	for _, o := range h.Outcomes {
 		for _, c := range o.Calls {
 			rep.Calls[c.Op]++
+			if c.Op == OpGiveUp {
+				rep.GiveUps[giveUpOutcome(c)]++
+			}
 		}
 	}
 	rep.Attempts, rep.Retries, rep.Replayed = r.stats.attempts.Load(), r.stats.retries.Load(), r.stats.replayed.Load()

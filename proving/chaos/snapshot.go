@@ -79,10 +79,10 @@ func snapshotDB(ctx context.Context, db *pgxpool.Pool) (DBState, error) {
 		return s, err
 	}
 	if s.Payments, err = scanAll(ctx, db, `SELECT p.id::text, t.slug, p.order_id::text, p.idempotency_key, p.provider_key,
-		p.status, p.amount, coalesce(p.provider_charge_id, ''), p.amount_refunded
+		p.status, p.amount, coalesce(p.provider_charge_id, ''), p.amount_refunded, p.cancel_requested_at IS NOT NULL
 		FROM payments p JOIN tenants t ON t.id = p.tenant_id ORDER BY p.id`,
 		func(r pgx.Rows) (p Payment, err error) {
-			return p, r.Scan(&p.ID, &p.Tenant, &p.OrderID, &p.Key, &p.ProviderKey, &p.Status, &p.Amount, &p.ChargeID, &p.AmountRefunded)
+			return p, r.Scan(&p.ID, &p.Tenant, &p.OrderID, &p.Key, &p.ProviderKey, &p.Status, &p.Amount, &p.ChargeID, &p.AmountRefunded, &p.CancelRequested)
 		}); err != nil {
 		return s, err
 	}
@@ -94,10 +94,10 @@ func snapshotDB(ctx context.Context, db *pgxpool.Pool) (DBState, error) {
 		}); err != nil {
 		return s, err
 	}
-	if s.Records, err = scanAll(ctx, db, `SELECT t.slug, i.operation, i.idempotency_key, i.state, coalesce(i.status_code, 0)
+	if s.Records, err = scanAll(ctx, db, `SELECT t.slug, i.operation, i.idempotency_key, i.state, coalesce(i.status_code, 0), i.recovery_point
 		FROM api_idempotency i JOIN tenants t ON t.id = i.tenant_id ORDER BY 1, 2, 3`,
 		func(r pgx.Rows) (c Record, err error) {
-			return c, r.Scan(&c.Tenant, &c.Operation, &c.Key, &c.State, &c.Status)
+			return c, r.Scan(&c.Tenant, &c.Operation, &c.Key, &c.State, &c.Status, &c.Point)
 		}); err != nil {
 		return s, err
 	}

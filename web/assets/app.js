@@ -30,6 +30,7 @@ const state = {
   payment: null, // the order's succeeded payment, for refunds
   paying: false,
   cancelling: false,
+  givingUp: false,
   refunding: false,
   creating: false,
   gen: 0, // bumped when tenant or order changes: late answers are dropped
@@ -42,7 +43,7 @@ const el = {};
 for (const id of [
   'tenant', 'tenant-form', 'api-key', 'api-key-use', 'mode-pill', 'banner', 'products', 'cart-total', 'create-order',
   'order-result', 'order-log', 'pay', 'pay-order-id', 'pay-amount', 'pay-order-status', 'pay-form', 'method',
-  'method-hint', 'chaos', 'pay-btn', 'cancel-btn', 'pay-result', 'pay-requests', 'pay-key', 'pay-key-note', 'pay-log', 'refund',
+  'method-hint', 'chaos', 'pay-btn', 'giveup-btn', 'cancel-btn', 'pay-result', 'pay-requests', 'pay-key', 'pay-key-note', 'pay-log', 'refund',
   'refund-form', 'refund-amount', 'refund-currency', 'refund-hint', 'refund-btn', 'refund-result', 'refund-log',
   'live', 'live-empty', 'live-body', 'live-order-id', 'live-order-status', 'charged', 'charged-note', 'kpi-charged',
   'attempt-count', 'attempts', 'attempts-empty', 'events', 'events-empty', 'live-updated', 'live-dot', 'recent-list',
@@ -371,7 +372,7 @@ function setOrder(order) {
     el['refund-log'].hidden = true;
     el['pay-requests'].hidden = true;
     sessionStorage.setItem(`oncepay.order.${state.tenant}`, order.id);
-    const pending = intents.load(state.tenant, 'payment', order.id);
+    const pending = intents.load(state.tenant, 'giveup', order.id) || intents.load(state.tenant, 'payment', order.id);
     if (pending) showKey(pending, 'no final answer yet: the next press resends it');
   }
   renderAll();
@@ -432,8 +433,9 @@ function showKey(intent, note) {
 async function pay(ev) {
   ev.preventDefault();
   const order = state.order;
-  if (!order || state.paying || state.cancelling || order.status !== 'awaiting_payment') return;
+  if (!order || state.paying || state.cancelling || state.givingUp || order.status !== 'awaiting_payment') return;
   const tenant = state.tenant;
+  if (intents.load(tenant, 'giveup', order.id)) return; // given up: never resent
   let intent = intents.load(tenant, 'payment', order.id);
   const resumed = !!intent;
   if (!intent) {
@@ -467,13 +469,14 @@ async function pay(ev) {
     const later = results.find((r) => r.later)?.later;
     if (!answer && later) {
       el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
-      setResult(el['pay-result'], 'warn', 'later', laterText(later));
+      setResult(el['pay-result'], 'warn', 'later', laterText(later), ' ', GIVE_UP_HINT);
       return;
     }
     if (!answer) {
       el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
       setResult(el['pay-result'], 'warn', 'unresolved',
-        'No final answer after several attempts. The payment may have gone through: press the button to retry with the same key. It cannot charge twice.');
+        'No final answer after several attempts. The payment may have gone through: press the button to retry with the same key. It cannot charge twice. ',
+        GIVE_UP_HINT);
       return;
     }
     intents.clear(tenant, 'payment', order.id);
@@ -549,7 +552,7 @@ el['pay-form'].addEventListener('submit', pay);
  */
 async function cancelOrder() {
   const order = state.order;
-  if (!order || state.paying || state.cancelling || order.status !== 'awaiting_payment') return;
+  if (!order || state.paying || state.cancelling || state.givingUp || order.status !== 'awaiting_payment') return;
   const tenant = state.tenant;
   let intent = intents.load(tenant, 'cancel', order.id);
   if (!intent) intent = intents.create(tenant, 'cancel', order.id, `/v1/orders/${order.id}/cancel`, { reason: 'cancelled in the shop' });
@@ -593,6 +596,95 @@ async function cancelOrder() {
 
 el['cancel-btn'].addEventListener('click', cancelOrder);
 
+// ---------------------------------------------------------------- give up
+
+/** Offered with a payment that has no final answer (pay's later and unresolved results). */
+const GIVE_UP_HINT = 'Or give it up: the payment then does not happen, or is refunded in full if it was charged.';
+
+/**
+ * What a cancel by key did, in plain words, by its outcome
+ * (docs/CONTRACT.md, "Giving up on a payment by its key"). An outcome not
+ * listed is a newer server's: the page says it did not understand it.
+ */
+const GIVE_UP_OUTCOMES = {
+  prevented: ['The payment will not happen.',
+    'Its request never reached the provider, and its key is refused from now on. The order can still be paid, under a new key.'],
+  cancel_requested: ['If the provider charged, the charge is refunded in full.',
+    'The payment was at the provider with its outcome unknown: it is not resent, and the order ends cancelled.'],
+  refund_started: ['It had been charged; a full refund has started.', 'The order ends refunded.'],
+  nothing_to_cancel: ['Nothing to undo.',
+    'Nothing was charged (the payment was declined or refused), or what was charged is refunded already.'],
+};
+
+/**
+ * Give up on the payment intent that has no final answer: POST
+ * /v1/payments/cancel-by-key names it by the key it was sent under, so it
+ * works whatever became of the request. The give-up is an intent of its
+ * own, with its own key kept until a final answer, so that a give-up whose
+ * answer was lost is retried and replays its outcome. While it is pending
+ * the payment is never resent.
+ */
+async function giveUp() {
+  const order = state.order;
+  if (!order || state.paying || state.cancelling || state.givingUp) return;
+  const tenant = state.tenant;
+  let intent = intents.load(tenant, 'giveup', order.id);
+  if (!intent) {
+    const payment = intents.load(tenant, 'payment', order.id);
+    if (!payment) return;
+    intent = intents.create(tenant, 'giveup', order.id, '/v1/payments/cancel-by-key',
+      { order_id: order.id, idempotency_key: payment.key });
+  }
+  state.givingUp = true;
+  renderPay();
+  replace(el['pay-log']);
+  showKey(intent, `give-up intent for the payment under key ${short(intent.body.idempotency_key)}, kept in sessionStorage until a final answer`);
+  setResult(el['pay-result'], 'wait', 'pending', 'Giving up on the payment…');
+  const gen = state.gen;
+  try {
+    const run = new IntentRun();
+    const { answer, later } = await submit(state.api, intent, run, requestLog(el['pay-log']));
+    if (gen !== state.gen) return;
+    if (!answer) {
+      el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
+      setResult(el['pay-result'], 'warn', later ? 'later' : 'unresolved', later ? laterText(later)
+        : 'No final answer after several attempts: press Give up again to retry with the same key. The payment is not resent meanwhile.');
+      return;
+    }
+    intents.clear(tenant, 'giveup', order.id);
+    el['pay-key-note'].textContent = 'final answer received: the key is done';
+    showGiveUpOutcome(answer, intent);
+  } catch (err) {
+    setResult(el['pay-result'], 'bad', 'error', `Something went wrong in the page: ${err.message}`);
+  } finally {
+    state.givingUp = false;
+    renderPay();
+    refreshLive();
+  }
+}
+
+/**
+ * Show the final answer of a give-up. An outcome gives the payment a
+ * definite fate, so its intent is dropped: resending it could only be
+ * refused (409 payment_cancelled) or replay what the give-up undid.
+ */
+function showGiveUpOutcome(answer, intent) {
+  const box = el['pay-result'];
+  const b = answer.body || {};
+  const said = answer.ok ? GIVE_UP_OUTCOMES[b.outcome] : null;
+  if (!said) {
+    setResult(box, 'bad', problemCode(answer) || 'error', h('strong', {}, 'Not given up. '), problemText(answer));
+    return;
+  }
+  const payment = intents.load(state.tenant, 'payment', b.order_id);
+  if (payment && payment.key === intent.body.idempotency_key) intents.clear(state.tenant, 'payment', b.order_id);
+  setResult(box, 'info', b.outcome, h('strong', {}, 'Given up. '), `${said[0]} ${said[1]}`,
+    answer.replayed ? ' (answer replayed from an earlier attempt)' : '');
+  if (b.payment_id) box.dataset.paymentId = b.payment_id;
+}
+
+el['giveup-btn'].addEventListener('click', giveUp);
+
 function renderPay() {
   const order = state.order;
   el.pay.hidden = !order;
@@ -602,12 +694,15 @@ function renderPay() {
   el['pay-order-status'].textContent = statusLabel(order.status);
   el['pay-order-status'].className = `badge badge-${tone(order.status)}`;
   const pending = intents.load(state.tenant, 'payment', order.id);
+  const givingUp = intents.load(state.tenant, 'giveup', order.id);
+  const busy = state.paying || state.cancelling || state.givingUp;
   const payable = order.status === 'awaiting_payment';
   const btn = el['pay-btn'];
-  btn.disabled = state.paying || state.cancelling || !payable;
+  btn.disabled = busy || !payable || !!givingUp;
+  renderGiveUp(pending, givingUp);
   const cancel = el['cancel-btn'];
   cancel.hidden = !payable;
-  cancel.disabled = state.paying || state.cancelling;
+  cancel.disabled = busy;
   cancel.setAttribute('aria-busy', state.cancelling ? 'true' : 'false');
   cancel.textContent = state.cancelling ? 'Cancelling…'
     : intents.load(state.tenant, 'cancel', order.id) ? 'Retry cancel (same key)' : 'Cancel order';
@@ -616,10 +711,13 @@ function renderPay() {
   for (const input of el.chaos.querySelectorAll('input')) input.disabled = state.paying;
   el.chaos.hidden = !state.demo || !payable;
   const hint = el['method-hint'];
-  if (pending && !state.paying) {
+  if (givingUp) {
+    hint.hidden = false;
+    hint.textContent = 'A payment of this order is being given up, so it is not resent; until the give-up has a final answer, Give up retries it with the same key.';
+  } else if (pending && !state.paying) {
     el.method.value = pending.body.payment_method;
     hint.hidden = false;
-    hint.textContent = 'A payment of this order has no final answer yet, so its card is fixed: pressing the button resends the same request with the same key.';
+    hint.textContent = 'A payment of this order has no final answer yet, so its card is fixed: pressing the button resends the same request with the same key; Give up makes sure it does not happen.';
   } else if (!payable) {
     hint.hidden = false;
     hint.textContent = order.status === 'cancelled'
@@ -632,6 +730,19 @@ function renderPay() {
   else if (!payable) btn.textContent = statusLabel(order.status).replace(/^./, (c) => c.toUpperCase());
   else if (pending) btn.textContent = 'Retry payment (same key)';
   else btn.textContent = `Pay ${money(order.amount_total, order.currency)}`;
+}
+
+/**
+ * Give up is offered next to the retry while a payment intent has no final
+ * answer, whatever the order's status says meanwhile (a payment whose
+ * answer was lost may have paid it), and while a give-up has none.
+ */
+function renderGiveUp(pending, givingUp) {
+  const b = el['giveup-btn'];
+  b.hidden = !givingUp && !(pending && !state.paying);
+  b.disabled = state.paying || state.cancelling || state.givingUp;
+  b.setAttribute('aria-busy', state.givingUp ? 'true' : 'false');
+  b.textContent = state.givingUp ? 'Giving up…' : givingUp ? 'Retry giving up (same key)' : 'Give up this payment';
 }
 
 // -------------------------------------------------------------- refund

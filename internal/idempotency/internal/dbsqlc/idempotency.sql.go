@@ -246,6 +246,74 @@ func (q *Queries) IdempotencyHold(ctx context.Context, arg IdempotencyHoldParams
 	return err
 }
 
+const idempotencyInsertAt = `-- name: IdempotencyInsertAt :one
+INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    locked_until, request_id, resource_type, resource_id, created_at, updated_at, expires_at
+) VALUES (
+    $1, $2, $3, $4, 'pending', $5,
+    $6, $7, $8, $9, $6, $6, $10
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
+`
+
+type IdempotencyInsertAtParams struct {
+	TenantID       uuid.UUID
+	Operation      string
+	IdempotencyKey string
+	RequestHash    []byte
+	RecoveryPoint  string
+	Now            *time.Time
+	RequestID      string
+	ResourceType   *string
+	ResourceID     *uuid.UUID
+	ExpiresAt      time.Time
+}
+
+// IdempotencyInsertAt records an attempt that another operation's
+// transaction started on its behalf (a compensation): pending at the given
+// recovery point, its lease run out already, so the recoverer takes it over
+// at once. It returns no row when the key has a record.
+func (q *Queries) IdempotencyInsertAt(ctx context.Context, arg IdempotencyInsertAtParams) (ApiIdempotency, error) {
+	row := q.db.QueryRow(ctx, idempotencyInsertAt,
+		arg.TenantID,
+		arg.Operation,
+		arg.IdempotencyKey,
+		arg.RequestHash,
+		arg.RecoveryPoint,
+		arg.Now,
+		arg.RequestID,
+		arg.ResourceType,
+		arg.ResourceID,
+		arg.ExpiresAt,
+	)
+	var i ApiIdempotency
+	err := row.Scan(
+		&i.TenantID,
+		&i.Operation,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.State,
+		&i.RecoveryPoint,
+		&i.LockedUntil,
+		&i.RequestID,
+		&i.StatusCode,
+		&i.ResponseHeaders,
+		&i.ResponseBody,
+		&i.ResourceType,
+		&i.ResourceID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
+		&i.TraceContext,
+	)
+	return i, err
+}
+
 const idempotencySetNextRecovery = `-- name: IdempotencySetNextRecovery :exec
 UPDATE api_idempotency SET next_recovery_at = $1::timestamptz
 WHERE tenant_id = $2 AND operation = $3 AND idempotency_key = $4
@@ -268,6 +336,74 @@ func (q *Queries) IdempotencySetNextRecovery(ctx context.Context, arg Idempotenc
 		arg.IdempotencyKey,
 	)
 	return err
+}
+
+const idempotencyTombstone = `-- name: IdempotencyTombstone :one
+INSERT INTO api_idempotency (
+    tenant_id, operation, idempotency_key, request_hash, state, recovery_point,
+    request_id, status_code, response_headers, response_body, created_at, updated_at, expires_at
+) VALUES (
+    $1, $2, $3, '\x'::bytea, 'failed', 'cancelled',
+    $4, $5, $6, $7, $8, $8, $9
+)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING tenant_id, operation, idempotency_key, request_hash, state, recovery_point, locked_until, request_id, status_code, response_headers, response_body, resource_type, resource_id, created_at, updated_at, expires_at, held_at, recoveries, next_recovery_at, trace_context
+`
+
+type IdempotencyTombstoneParams struct {
+	TenantID        uuid.UUID
+	Operation       string
+	IdempotencyKey  string
+	RequestID       string
+	StatusCode      *int32
+	ResponseHeaders []byte
+	ResponseBody    []byte
+	Now             time.Time
+	ExpiresAt       time.Time
+}
+
+// IdempotencyTombstone finishes a key nobody has claimed yet with a stored
+// answer (a cancel's refusal, recovery point 'cancelled'), so that the
+// request, should it still arrive, is answered from it and never runs. It
+// returns no row (pgx.ErrNoRows) when the key has a record; a concurrent
+// uncommitted claim makes it wait for that transaction first (bounded by
+// lock_timeout), so it never races the request it cancels.
+func (q *Queries) IdempotencyTombstone(ctx context.Context, arg IdempotencyTombstoneParams) (ApiIdempotency, error) {
+	row := q.db.QueryRow(ctx, idempotencyTombstone,
+		arg.TenantID,
+		arg.Operation,
+		arg.IdempotencyKey,
+		arg.RequestID,
+		arg.StatusCode,
+		arg.ResponseHeaders,
+		arg.ResponseBody,
+		arg.Now,
+		arg.ExpiresAt,
+	)
+	var i ApiIdempotency
+	err := row.Scan(
+		&i.TenantID,
+		&i.Operation,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.State,
+		&i.RecoveryPoint,
+		&i.LockedUntil,
+		&i.RequestID,
+		&i.StatusCode,
+		&i.ResponseHeaders,
+		&i.ResponseBody,
+		&i.ResourceType,
+		&i.ResourceID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.HeldAt,
+		&i.Recoveries,
+		&i.NextRecoveryAt,
+		&i.TraceContext,
+	)
+	return i, err
 }
 
 const idempotencyTraceContext = `-- name: IdempotencyTraceContext :one

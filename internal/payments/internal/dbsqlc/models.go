@@ -11,22 +11,23 @@ import (
 )
 
 type Payment struct {
-	ID               uuid.UUID
-	TenantID         uuid.UUID
-	OrderID          uuid.UUID
-	IdempotencyKey   string
-	RequestHash      []byte
-	ProviderKey      string
-	Status           string
-	Amount           int64
-	Currency         string
-	PaymentMethod    string
-	ProviderChargeID *string
-	FailureCode      *string
-	RefundReserved   int64
-	AmountRefunded   int64
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	ID                uuid.UUID
+	TenantID          uuid.UUID
+	OrderID           uuid.UUID
+	IdempotencyKey    string
+	RequestHash       []byte
+	ProviderKey       string
+	Status            string
+	Amount            int64
+	Currency          string
+	PaymentMethod     string
+	ProviderChargeID  *string
+	FailureCode       *string
+	RefundReserved    int64
+	AmountRefunded    int64
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	CancelRequestedAt *time.Time
 }
 
 type Refund struct {

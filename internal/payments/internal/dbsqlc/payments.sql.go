@@ -14,7 +14,7 @@ import (
 
 const paymentAddRefunded = `-- name: PaymentAddRefunded :one
 UPDATE payments SET amount_refunded = amount_refunded + $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4
-RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
 `
 
 type PaymentAddRefundedParams struct {
@@ -49,6 +49,7 @@ func (q *Queries) PaymentAddRefunded(ctx context.Context, arg PaymentAddRefunded
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
@@ -56,7 +57,7 @@ func (q *Queries) PaymentAddRefunded(ctx context.Context, arg PaymentAddRefunded
 const paymentFail = `-- name: PaymentFail :one
 UPDATE payments SET status = 'failed', provider_charge_id = $1, failure_code = $2, updated_at = $3
 WHERE tenant_id = $4 AND id = $5 AND status = 'pending'
-RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
 `
 
 type PaymentFailParams struct {
@@ -93,12 +94,13 @@ func (q *Queries) PaymentFail(ctx context.Context, arg PaymentFailParams) (Payme
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const paymentGet = `-- name: PaymentGet :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND id = $2
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at FROM payments WHERE tenant_id = $1 AND id = $2
 `
 
 type PaymentGetParams struct {
@@ -126,12 +128,13 @@ func (q *Queries) PaymentGet(ctx context.Context, arg PaymentGetParams) (Payment
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const paymentGetByIdempotencyKey = `-- name: PaymentGetByIdempotencyKey :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND idempotency_key = $2
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at FROM payments WHERE tenant_id = $1 AND idempotency_key = $2
 `
 
 type PaymentGetByIdempotencyKeyParams struct {
@@ -159,12 +162,13 @@ func (q *Queries) PaymentGetByIdempotencyKey(ctx context.Context, arg PaymentGet
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const paymentGetForUpdate = `-- name: PaymentGetForUpdate :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE
 `
 
 type PaymentGetForUpdateParams struct {
@@ -192,12 +196,13 @@ func (q *Queries) PaymentGetForUpdate(ctx context.Context, arg PaymentGetForUpda
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const paymentGetLiveForOrder = `-- name: PaymentGetLiveForOrder :one
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND order_id = $2 AND status IN ('pending', 'succeeded')
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at FROM payments WHERE tenant_id = $1 AND order_id = $2 AND status IN ('pending', 'succeeded')
 `
 
 type PaymentGetLiveForOrderParams struct {
@@ -225,6 +230,7 @@ func (q *Queries) PaymentGetLiveForOrder(ctx context.Context, arg PaymentGetLive
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
@@ -232,7 +238,7 @@ func (q *Queries) PaymentGetLiveForOrder(ctx context.Context, arg PaymentGetLive
 const paymentInsert = `-- name: PaymentInsert :one
 INSERT INTO payments (id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $10)
-RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
 `
 
 type PaymentInsertParams struct {
@@ -279,12 +285,13 @@ func (q *Queries) PaymentInsert(ctx context.Context, arg PaymentInsertParams) (P
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const paymentListByOrder = `-- name: PaymentListByOrder :many
-SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at FROM payments WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, id
+SELECT id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at FROM payments WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, id
 `
 
 type PaymentListByOrderParams struct {
@@ -321,6 +328,7 @@ func (q *Queries) PaymentListByOrder(ctx context.Context, arg PaymentListByOrder
 			&i.AmountRefunded,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.CancelRequestedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -353,10 +361,50 @@ func (q *Queries) PaymentReleaseRefund(ctx context.Context, arg PaymentReleaseRe
 	return err
 }
 
+const paymentRequestCancel = `-- name: PaymentRequestCancel :one
+UPDATE payments SET cancel_requested_at = coalesce(cancel_requested_at, $1), updated_at = $1
+WHERE tenant_id = $2 AND id = $3 AND status = 'pending'
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
+`
+
+type PaymentRequestCancelParams struct {
+	Now      time.Time
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+// PaymentRequestCancel marks a pending payment to be cancelled (once: the
+// first mark's time stays); it returns no row when the payment is no longer
+// pending, and the caller reads what it became.
+func (q *Queries) PaymentRequestCancel(ctx context.Context, arg PaymentRequestCancelParams) (Payment, error) {
+	row := q.db.QueryRow(ctx, paymentRequestCancel, arg.Now, arg.TenantID, arg.ID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.OrderID,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.ProviderKey,
+		&i.Status,
+		&i.Amount,
+		&i.Currency,
+		&i.PaymentMethod,
+		&i.ProviderChargeID,
+		&i.FailureCode,
+		&i.RefundReserved,
+		&i.AmountRefunded,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.CancelRequestedAt,
+	)
+	return i, err
+}
+
 const paymentReserveRefund = `-- name: PaymentReserveRefund :one
 UPDATE payments SET refund_reserved = refund_reserved + $1, updated_at = $2
 WHERE tenant_id = $3 AND id = $4 AND status = 'succeeded' AND refund_reserved + $1 <= amount
-RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
 `
 
 type PaymentReserveRefundParams struct {
@@ -393,6 +441,7 @@ func (q *Queries) PaymentReserveRefund(ctx context.Context, arg PaymentReserveRe
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
@@ -400,7 +449,7 @@ func (q *Queries) PaymentReserveRefund(ctx context.Context, arg PaymentReserveRe
 const paymentSucceed = `-- name: PaymentSucceed :one
 UPDATE payments SET status = 'succeeded', provider_charge_id = $1, updated_at = $2
 WHERE tenant_id = $3 AND id = $4 AND status = 'pending'
-RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at
+RETURNING id, tenant_id, order_id, idempotency_key, request_hash, provider_key, status, amount, currency, payment_method, provider_charge_id, failure_code, refund_reserved, amount_refunded, created_at, updated_at, cancel_requested_at
 `
 
 type PaymentSucceedParams struct {
@@ -437,6 +486,7 @@ func (q *Queries) PaymentSucceed(ctx context.Context, arg PaymentSucceedParams) 
 		&i.AmountRefunded,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
