@@ -187,8 +187,13 @@ func (s *Service) compensate(ctx context.Context, tx pgx.Tx, pay Payment) (Refun
 	}
 	req := idempotency.Request{TenantID: pay.TenantID, Operation: OpRefund, Key: key, Fingerprint: fp, RequestID: "compensation of " + pay.ID.String()}
 	ref, refused, err := s.newRefund(ctx, st, req, pay, amount)
-	if err != nil || refused != nil {
-		return Refund{}, false, errors.Join(err, refused)
+	switch {
+	case err != nil:
+		return Refund{}, false, err
+	case refused != nil:
+		// Two returns, not errors.Join(err, refused): a nil *problem.Error
+		// joined is a non-nil error that panics when printed.
+		return Refund{}, false, refused
 	}
 	if _, err := s.store.Start(ctx, tx, req, PointRefundCreated, idempotency.Resource{Type: "refund", ID: ref.ID}); err != nil {
 		return Refund{}, false, err

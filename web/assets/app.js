@@ -610,7 +610,7 @@ const GIVE_UP_OUTCOMES = {
   prevented: ['The payment will not happen.',
     'Its request never reached the provider, and its key is refused from now on. The order can still be paid, under a new key.'],
   cancel_requested: ['If the provider charged, the charge is refunded in full.',
-    'The payment was at the provider with its outcome unknown: it is not resent, and the order ends cancelled.'],
+    'The payment was at the provider with its outcome unknown: it is not resent; if it charged, the order ends cancelled.'],
   refund_started: ['It had been charged; a full refund has started.', 'The order ends refunded.'],
   nothing_to_cancel: ['Nothing to undo.',
     'Nothing was charged (the payment was declined or refused), or what was charged is refunded already.'],
