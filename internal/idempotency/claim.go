@@ -184,7 +184,7 @@ func (s *Store) decide(ctx context.Context, tx DB, r Request) (*Claim, error) {
 	case err != nil:
 		return nil, err
 	}
-	if !tombstone(row) && Fingerprint(row.RequestHash) != r.Fingerprint {
+	if !answers(row, r.Fingerprint) {
 		s.report(ctx, r, OutcomeMismatch)
 		return nil, reused()
 	}
@@ -257,7 +257,7 @@ func (s *Store) Peek(ctx context.Context, db DB, r Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("look up idempotency record: %w", err)
 	}
-	if !tombstone(row) && Fingerprint(row.RequestHash) != r.Fingerprint {
+	if !answers(row, r.Fingerprint) {
 		return nil, reused()
 	}
 	if State(row.State) == StatePending {
@@ -268,4 +268,10 @@ func (s *Store) Peek(ctx context.Context, db DB, r Request) (*Response, error) {
 		return nil, err
 	}
 	return &resp, nil
+}
+
+// answers reports whether row's record answers a request of fingerprint fp:
+// its own request's, or any when it is a tombstone (tombstone.go).
+func answers(row dbsqlc.ApiIdempotency, fp Fingerprint) bool {
+	return tombstone(row) || Fingerprint(row.RequestHash) == fp
 }
