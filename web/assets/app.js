@@ -545,6 +545,25 @@ el['pay-form'].addEventListener('submit', pay);
 // ---------------------------------------------------------------- cancel
 
 /**
+ * Submit an intent of the pay panel other than the payment (a cancel, a
+ * give-up) until it has a final answer, and return it; or report the wait
+ * and return null (also when the tenant or order changed meanwhile: gen).
+ * again says how to retry with the same key. The caller drops the key.
+ */
+async function finalAnswer(intent, gen, again) {
+  const { answer, later } = await submit(state.api, intent, new IntentRun(), requestLog(el['pay-log']));
+  if (gen !== state.gen) return null;
+  if (!answer) {
+    el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
+    setResult(el['pay-result'], 'warn', later ? 'later' : 'unresolved', later ? laterText(later)
+      : `No final answer after several attempts: ${again}`);
+    return null;
+  }
+  el['pay-key-note'].textContent = 'final answer received: the key is done';
+  return answer;
+}
+
+/**
  * Give the order up: POST /v1/orders/{id}/cancel under a key of its own,
  * kept until a final answer like a payment's. The server refuses while a
  * payment of the order is at the provider (its outcome unknown) or once it
@@ -563,17 +582,9 @@ async function cancelOrder() {
   setResult(el['pay-result'], 'wait', 'pending', 'Cancelling…');
   const gen = state.gen;
   try {
-    const run = new IntentRun();
-    const { answer, later } = await submit(state.api, intent, run, requestLog(el['pay-log']));
-    if (gen !== state.gen) return;
-    if (!answer) {
-      el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
-      setResult(el['pay-result'], 'warn', later ? 'later' : 'unresolved', later ? laterText(later)
-        : 'No final answer after several attempts: press Cancel order again to retry with the same key.');
-      return;
-    }
+    const answer = await finalAnswer(intent, gen, 'press Cancel order again to retry with the same key.');
+    if (!answer) return;
     intents.clear(tenant, 'cancel', order.id);
-    el['pay-key-note'].textContent = 'final answer received: the key is done';
     const replayed = answer.replayed ? ' (answer replayed from an earlier attempt)' : '';
     if (answer.ok) {
       state.order = answer.body;
@@ -642,17 +653,9 @@ async function giveUp() {
   setResult(el['pay-result'], 'wait', 'pending', 'Giving up on the payment…');
   const gen = state.gen;
   try {
-    const run = new IntentRun();
-    const { answer, later } = await submit(state.api, intent, run, requestLog(el['pay-log']));
-    if (gen !== state.gen) return;
-    if (!answer) {
-      el['pay-key-note'].textContent = 'no final answer yet: still kept, the next press resends it';
-      setResult(el['pay-result'], 'warn', later ? 'later' : 'unresolved', later ? laterText(later)
-        : 'No final answer after several attempts: press Give up again to retry with the same key. The payment is not resent meanwhile.');
-      return;
-    }
+    const answer = await finalAnswer(intent, gen, 'press Give up again to retry with the same key. The payment is not resent meanwhile.');
+    if (!answer) return;
     intents.clear(tenant, 'giveup', order.id);
-    el['pay-key-note'].textContent = 'final answer received: the key is done';
     showGiveUpOutcome(answer, intent);
   } catch (err) {
     setResult(el['pay-result'], 'bad', 'error', `Something went wrong in the page: ${err.message}`);
