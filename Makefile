@@ -235,7 +235,10 @@ fuzz:
 ##        each start
 ##        BENCH_SERVICE_CPUS and BENCH_CLIENT_CPUS (taskset lists, e.g. 0 and 1) pin PostgreSQL, the simulator and
 ##        the API (and the http scenario's bare server), and the load generator, to CPUs of their own
+##        BENCH_BUDGET=1: the latency budget of a create at 1 client instead, from the API's traces (it exports
+##        them to the bench) next to the sql floor's
 BENCH_DURATION ?= 10s
+BENCH_BUDGET ?=
 BENCH_ARGS ?=
 BENCH_API_ENV ?=
 BENCH_TUNING ?=
@@ -255,15 +258,22 @@ bench: build
 	   if ! (exec 3<>"/dev/tcp/127.0.0.1/$$c") 2>/dev/null; then port=$$c; break; fi; \
 	 done; \
 	 [ -n "$$port" ] || { echo "bench: no free port found" >&2; exit 1; }; \
+	 traced=""; budget=""; \
+	 if [ -n "$(BENCH_BUDGET)" ]; then \
+	   tport=$$((port + 1)); \
+	   if (exec 3<>"/dev/tcp/127.0.0.1/$$tport") 2>/dev/null; then echo "bench: port $$tport for the traces is taken, try again" >&2; exit 1; fi; \
+	   traced="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:$$tport/v1/traces OTEL_BSP_SCHEDULE_DELAY=100 OTEL_BSP_MAX_QUEUE_SIZE=262144 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4096"; \
+	   budget="--budget 127.0.0.1:$$tport"; \
+	 fi; \
 	 source scripts/pspsim.sh; \
 	 pid=""; \
 	 trap '[ -z "$$pid" ] || { kill $$pid 2>/dev/null && wait $$pid 2>/dev/null; }; pspsim_stop; scripts/postgres.sh --stop bench || true' EXIT; \
 	 pspsim_start "http://127.0.0.1:$$port/webhooks/psp" .data/bench/pspsim.log; \
-	 DEMO_MODE=true SWEEP_INTERVAL=0 NATS_STORE_DIR=.data/bench/nats $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve $(if $(BENCH_TUNING),--tuning "$(BENCH_TUNING)") >.data/bench/api.log 2>&1 & \
+	 env DEMO_MODE=true SWEEP_INTERVAL=0 NATS_STORE_DIR=.data/bench/nats $$traced $(BENCH_API_ENV) HTTP_ADDR="127.0.0.1:$$port" ./bin/api serve $(if $(BENCH_TUNING),--tuning "$(BENCH_TUNING)") >.data/bench/api.log 2>&1 & \
 	 pid=$$!; \
 	 echo "bench: API pid $$pid on 127.0.0.1:$$port, log in .data/bench/api.log (the payment simulator's in .data/bench/pspsim.log)"; \
 	 pgpid=$$(head -n1 .data/postgres/bench/data/postmaster.pid 2>/dev/null || echo 0); \
-	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s $$bare \
+	 $$pin $(GO) run ./proving/cmd/bench --api "http://127.0.0.1:$$port" --api-pid "$$pid" --pg-pid "$$pgpid" --wait 60s $$bare $$budget \
 	   --duration "$(BENCH_DURATION)" $(BENCH_ARGS)
 
 ## bench-compare: this checkout's API and the API of REF (a commit; LABEL names it, default its short hash)

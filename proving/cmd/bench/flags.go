@@ -52,9 +52,12 @@ type config struct {
 	replayKeys    int
 	wait          time.Duration
 	cpuProfile    string
-	bareCPUs      string // taskset's CPU list for the http scenario's server
-	markdown      bool
-	strict        bool
+	// budget is where the trace receiver of the latency budget listens
+	// (budget.go); set, it replaces the scenarios.
+	budget   string
+	bareCPUs string // taskset's CPU list for the http scenario's server
+	markdown bool
+	strict   bool
 	// sweepRecords > 0 runs the sweep comparison instead of the scenarios.
 	sweepRecords int
 	sweepBatch   int
@@ -120,6 +123,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.StringVar(&c.bareCPUs, "bare-cpus", "", "CPUs to pin the http scenario's bare server to, as taskset takes them (make bench passes BENCH_SERVICE_CPUS: where the API runs)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "orders created before measuring, whose keys the replay scenario repeats")
 	fs.DurationVar(&c.wait, "wait", 0, "first wait up to this long for the API's /readyz (0: do not wait)")
+	fs.StringVar(&c.budget, "budget", "", "listen on this address for the API's traces (OTLP over HTTP; make bench BENCH_BUDGET=1 points the API at it) and print the latency budget of a create at 1 client next to the sql floor's; runs sql, http and create at 1 client")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this benchmark process (client side) to the file")
 	fs.BoolVar(&c.markdown, "markdown", false, "also print the results as a Markdown table")
 	fs.BoolVar(&c.strict, "strict", false, "exit non-zero when a target is missed, not only on failed requests")
@@ -223,6 +227,15 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return config{}, errors.New("--grow-records does not combine with --sweep-records, --overload, --soak or --attack")
 	case c.openLoop() && c.load.requests > 0:
 		return config{}, errors.New("--overload, --soak and --attack measure capacity for --duration: drop --requests")
+	}
+	switch {
+	case c.budget != "" && c.databaseURL == "":
+		return config{}, errors.New("--budget runs the sql floor: it needs --database-url or DATABASE_URL")
+	case c.budget != "" && (c.sweepRecords > 0 || c.growRecords > 0 || c.keepPace > 0 || c.openLoop() || c.compare != ""):
+		return config{}, errors.New("--budget does not combine with --sweep-records, --grow-records, --keep-pace, --overload, --soak, --attack or --compare")
+	case c.budget != "":
+		c.scenarios = []string{scenarioSQL, scenarioHTTP, scenarioCreate}
+		c.clients = []int{1}
 	}
 	if c.sweepRecords > 0 {
 		c.scenarios = []string{scenarioCreate, scenarioCreateSweeping}

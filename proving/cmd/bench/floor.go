@@ -34,7 +34,7 @@ const defaultFloorDatabase = "oncepay_bench_floor"
 // every message id of its duplicate window in memory, in the API's peak
 // RSS). The floor measures the statements alone; the service is measured
 // with everything it does for a create, its dispatch included.
-func openFloor(ctx context.Context, api *pgxpool.Pool, apiURL, name string, tenantID uuid.UUID, maxConns int32) (*pgxpool.Pool, error) {
+func openFloor(ctx context.Context, api *pgxpool.Pool, apiURL, name string, tenantID uuid.UUID, pc postgres.PoolConfig) (*pgxpool.Pool, error) {
 	floorURL, err := withDatabase(apiURL, name)
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func openFloor(ctx context.Context, api *pgxpool.Pool, apiURL, name string, tena
 	if err := postgres.Migrate(ctx, floorURL, nil); err != nil {
 		return nil, fmt.Errorf("migrate the floor database %s: %w", name, err)
 	}
-	floor, err := postgres.Open(ctx, floorURL, postgres.PoolConfig{MaxConns: maxConns})
+	floor, err := postgres.Open(ctx, floorURL, pc)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
 			t.Errorf("drop %s: %v", name, err)
 		}
 	})
-	floor, err := openFloor(ctx, api, apiURL, name, s.tenantID, 4)
+	floor, err := openFloor(ctx, api, apiURL, name, s.tenantID, postgres.PoolConfig{MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestTheFloorsWriteToADatabaseOfTheirOwn(t *testing.T) {
 	floor.Close()
 
 	// A second run finds the first run's floor database and starts afresh.
-	floor, err = openFloor(ctx, api, apiURL, name, s.tenantID, 4)
+	floor, err = openFloor(ctx, api, apiURL, name, s.tenantID, postgres.PoolConfig{MaxConns: 4})
 	if err != nil {
 		t.Fatalf("open the floor database again: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestTheFloorDatabaseIsRefusedWhereItCannotBeMade(t *testing.T) {
 	if err := api.QueryRow(ctx, "SELECT current_database()").Scan(&current); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openFloor(ctx, api, apiURL, current, uuid.New(), 2); err == nil || !strings.Contains(err.Error(), "the API's own database") {
+	if _, err := openFloor(ctx, api, apiURL, current, uuid.New(), postgres.PoolConfig{MaxConns: 2}); err == nil || !strings.Contains(err.Error(), "the API's own database") {
 		t.Errorf("the API's own database as the floor: %v, want a refusal", err)
 	}
 	// A user who may not create databases is told how to run the floors.
@@ -177,7 +177,7 @@ func TestTheFloorDatabaseIsRefusedWhereItCannotBeMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = openFloor(ctx, weak, apiURL, "floor_"+strings.ReplaceAll(uuid.NewString(), "-", ""), uuid.New(), 2)
+	_, err = openFloor(ctx, weak, apiURL, "floor_"+strings.ReplaceAll(uuid.NewString(), "-", ""), uuid.New(), postgres.PoolConfig{MaxConns: 2})
 	weak.Close()
 	if err == nil || !strings.Contains(err.Error(), `--floor-database ""`) {
 		t.Errorf("a user without CREATEDB: %v, want the way out named", err)

@@ -54,6 +54,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -86,6 +87,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	// The latency budget's receiver listens before the API is up: its
+	// exporter sends to it from the start.
+	var br *budgetRun
+	var dbTracer pgx.QueryTracer
+	if cfg.budget != "" {
+		recv, err := startReceiver(cfg.budget)
+		if err != nil {
+			return err
+		}
+		defer recv.close()
+		br = &budgetRun{recv: recv, floor: newFloorTracer(), apiURL: cfg.api, warmup: cfg.load.warmup}
+		dbTracer = br.floor.pgx
+	}
 	if cfg.wait > 0 {
 		if err := waitReady(ctx, cfg.api, cfg.apiPID, cfg.wait); err != nil {
 			return err
@@ -115,11 +129,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if cfg.databaseURL != "" {
 		// The service's own pool settings (size 20, lock and statement
 		// timeouts), so the SQL runs under the same conditions.
-		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients))})
+		pool, err := postgres.Open(ctx, cfg.databaseURL, postgres.PoolConfig{MaxConns: int32(max(20, maxClients)), Tracer: dbTracer})
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
+		if br != nil {
+			if err := walTiming(ctx, pool, true); err != nil {
+				fmt.Fprintf(stdout, "budget: no WAL timing (%v)\n", err)
+			} else {
+				defer func() { _ = walTiming(context.WithoutCancel(ctx), pool, false) }()
+			}
+			br.pool = pool
+		}
 		info, err := serverInfo(ctx, pool)
 		if err != nil {
 			return err
@@ -143,7 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		if cfg.floorDatabase != "" && cfg.needs(scenarioSQL, scenarioSQLNaive) {
 			t0 := time.Now()
-			floor, err := openFloor(ctx, pool, cfg.databaseURL, cfg.floorDatabase, direct.tenantID, int32(max(20, maxClients)))
+			floor, err := openFloor(ctx, pool, cfg.databaseURL, cfg.floorDatabase, direct.tenantID, postgres.PoolConfig{MaxConns: int32(max(20, maxClients)), Tracer: dbTracer})
 			if err != nil {
 				return err
 			}
@@ -157,6 +179,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			fmt.Fprintf(stdout, "floors write to database %s (created in %s): their events stay out of the API's outbox\n", cfg.floorDatabase, time.Since(t0).Round(time.Millisecond))
 		}
 		ops[scenarioSQL] = direct.op()
+		if br != nil {
+			ops[scenarioSQL] = br.floor.wrap(ops[scenarioSQL])
+		}
 		ops[scenarioSQLNaive] = direct.naiveOp()
 	}
 	ops[scenarioCreate] = api.createOp()
@@ -372,6 +397,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 						extra = extra[:0]
 						var r result
 						var err error
+						if br != nil {
+							br.begin(ctx, sc)
+						}
 						if slices.Contains(apiScenarios, sc) {
 							r, err = measureAPI(ru.c, sc, name, ru.suffix, clients, ru.probe)
 						} else {
@@ -382,6 +410,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 						}
 						if ctx.Err() != nil {
 							return ctx.Err()
+						}
+						if br != nil {
+							br.end(ctx, sc)
 						}
 						for _, r := range append([]result{r}, extra...) {
 							fmt.Fprintf(stdout, "  round %d %-12s @%-3d %7d requests %4d errors %9.1f req/s  p50 %s  p99 %s%s\n", round, r.scenario, clients,
@@ -464,6 +495,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if err := printTargets(stdout, ts); err != nil {
 		return err
+	}
+	if br != nil {
+		br.print(stdout, results)
 	}
 	if cfg.markdown {
 		fmt.Fprintln(stdout)
