@@ -101,6 +101,10 @@ func TestCancelByKeyOfASucceededPaymentRefundsIt(t *testing.T) {
 	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("RecoverOnce again = %d, %v; want nothing", n, err)
 	}
+	// Refunded already: a later cancel has nothing left to undo; the
+	// first one's answer stays what it was.
+	wantCancel(t, b.cancelByKey(t, "cancel-3", orderID, "pay-1"), http.StatusOK, "nothing_to_cancel")
+	wantCancel(t, b.cancelByKey(t, "cancel-1", orderID, "pay-1"), http.StatusAccepted, "refund_started")
 	if c, r := b.allCharges(), b.refunds(); c != 1 || r != 1 {
 		t.Fatalf("provider: %d charges, %d refunds; want 1 and 1", c, r)
 	}

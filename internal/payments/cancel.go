@@ -166,12 +166,15 @@ func (s *Service) finishCancel(ctx context.Context, tx pgx.Tx, a *operation.Atte
 // the Recoverer runs the refund's own steps (refunds.create) at once. The
 // refund's key is derived from the payment, so however many steps learn
 // that the payment must be undone, it is undone once. It reports the refund
-// and whether one is under way (false: nothing was left to refund).
+// and whether one is under way (false: nothing was left to refund, or its
+// compensation succeeded already).
 func (s *Service) compensate(ctx context.Context, tx pgx.Tx, pay Payment) (Refund, bool, error) {
 	key := idempotency.Key(CompensationKeyPrefix + pay.ID.String())
 	st := storeOf(tx)
 	if prev, found, err := st.refundByKey(ctx, pay.TenantID, string(key)); err != nil || found {
-		return prev, found, err
+		// Done already: the payment is refunded, and nothing is left to
+		// undo (CONTRACT.md). Pending: the same refund is still under way.
+		return prev, found && prev.Status != StatusSucceeded, err
 	}
 	amount := pay.Amount - pay.RefundReserved // what no other refund holds
 	if amount <= 0 {
