@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/proving/pspsim"
 )
 
@@ -155,6 +159,60 @@ func TestCancelByKeyWhileTheOutcomeIsUnknown(t *testing.T) {
 		t.Fatalf("provider: %d charges, %d refunds; want 1 and 1", c, r)
 	}
 	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusConflict, "payment_cancelled") // replayed
+}
+
+// A database error while the compensation is written (here its refund's
+// insert refused by a unique constraint: another refund already holds its
+// provider key) is an error of the step like any other, also in the
+// Recoverer, which has no HTTP layer to catch a panic: nothing of the
+// compensation stays, and the next attempt, with the row gone, undoes the
+// payment.
+func TestCancelByKeyCompensationThatCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orderID, _ := b.order(t, "o1")
+	if err := b.psp.SetWebhookURL("http://127.0.0.1:1/webhooks/psp"); err != nil {
+		t.Fatal(err)
+	}
+	b.faults(t, pspsim.Faults{DropNext: 1})
+	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	got := wantCancel(t, b.cancelByKey(t, "cancel-1", orderID, "pay-1"), http.StatusAccepted, "cancel_requested")
+	paymentID, _ := got["payment_id"].(string)
+	pid, err := uuid.Parse(paymentID)
+	if err != nil {
+		t.Fatalf("cancel = %v, want the payment it marked", got)
+	}
+	tenant := uuid.MustParse(b.tenantID(t, "acme"))
+	ctx := context.Background()
+	providerKey := payments.ProviderKey(tenant, payments.OpRefund, idempotency.Key(payments.CompensationKeyPrefix+paymentID))
+	if _, err := b.pool.Exec(ctx, `INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, request_hash, provider_key, status, amount, created_at, updated_at)
+		VALUES ($1, $2, $3, 'in-the-way', '\x00', $4, 'failed', 1, now(), now())`, uuid.New(), tenant, pid, providerKey); err != nil {
+		t.Fatal(err)
+	}
+	compensations := func() int {
+		return b.count(t, `SELECT count(*) FROM refunds WHERE idempotency_key = $1`, payments.CompensationKeyPrefix+paymentID)
+	}
+	// The Recoverer learns the charge and cannot write its compensation.
+	b.clock.Advance(31 * time.Second)
+	if _, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil {
+		t.Fatalf("RecoverOnce: %v", err)
+	}
+	if n := compensations(); n != 0 {
+		t.Fatalf("compensating refunds after the failed attempt = %d, want 0", n)
+	}
+	if _, err := b.pool.Exec(ctx, `DELETE FROM refunds WHERE tenant_id = $1 AND idempotency_key = 'in-the-way'`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusConflict, "payment_cancelled")
+	if n := compensations(); n != 1 {
+		t.Fatalf("compensating refunds after the retry = %d, want 1", n)
+	}
+	if n, err := b.app.Recoverer().RecoverOnce(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("RecoverOnce = %d, %v; want the compensation finished", n, err)
+	}
+	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "cancelled" {
+		t.Fatalf("order = %v, want cancelled", s)
+	}
 }
 
 // A declined payment needs nothing undone; neither does a key whose request
