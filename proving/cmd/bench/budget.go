@@ -4,8 +4,8 @@
 // The API traces itself with OpenTelemetry when it is given an OTLP
 // endpoint (docs/CONFIGURATION.md): a server span per request, and inside
 // it a span per query and per batch from otelpgx. make bench
-// BENCH_BUDGET=1 starts the API with its endpoint pointing at the receiver
-// below, in the bench, and the bench runs its own floor through the same
+// BENCH_BUDGET=1 starts the API with its endpoint pointing at the bench's
+// receiver (budget_trace.go), and the bench runs its own floor through the same
 // otelpgx tracer under a span per create. Both are cut into the same parts:
 // the time before each round trip, each round trip, and the time after the
 // last one. A batch's statements are answered together (one Sync at its
@@ -66,8 +66,9 @@ type budget struct {
 // A root span's children, in order, are its parts: otelpgx's
 // "pool.acquire" (taking a connection from the pool), and a span per
 // query (named by its SQL operation, "SELECT") or per batch ("batch
-// start"), each a round trip; a batch's own children are the zero-length
-// marks of its statements, named by their operation ("COMMIT").
+// start"), each a round trip. A batch's own children, a zero-length mark
+// per statement, are no parts: its statements are answered together, at
+// its end.
 func partName(s tspan, trip int) string {
 	switch s.name {
 	case "pool.acquire", "connect":
