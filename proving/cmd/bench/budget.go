@@ -18,10 +18,8 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -228,52 +226,6 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// gcStats are the API's garbage collections so far, from its /metrics.
-type gcStats struct {
-	cycles float64
-	pauses float64 // seconds, stop-the-world
-}
-
-func scrapeGC(ctx context.Context, apiURL string) (gcStats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
-	if err != nil {
-		return gcStats{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return gcStats{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return gcStats{}, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	var g gcStats
-	var seen int
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		switch name {
-		case "go_gc_duration_seconds_count":
-			g.cycles, err = strconv.ParseFloat(val, 64)
-			seen++
-		case "go_gc_duration_seconds_sum":
-			g.pauses, err = strconv.ParseFloat(val, 64)
-			seen++
-		}
-		if err != nil {
-			return gcStats{}, fmt.Errorf("GET /metrics: %s: %w", name, err)
-		}
-	}
-	if seen != 2 {
-		return gcStats{}, errors.New("GET /metrics: no go_gc_duration_seconds")
-	}
-	return g, sc.Err()
-}
-
 // mean is the arithmetic mean of ds: the means of the parts add up to the
 // mean of the whole.
 func mean(ds []time.Duration) time.Duration {
@@ -305,11 +257,11 @@ type budgetRun struct {
 	floorWins  []window
 	// gc is the API's garbage collections during the create runs (warm-ups
 	// included), and gcTime the wall-clock time of those runs.
-	gc     gcStats
+	gc     sample // its gcCycles and gcPauses: their change over the runs
 	gcTime time.Duration
 	gcErr  error
 	began  time.Time
-	gcAt   gcStats
+	gcAt   sample
 	// pool reads pg_stat_wal; wal is its change during each scenario's
 	// runs (warm-ups included), run their wall-clock time.
 	pool   *pgxpool.Pool
@@ -368,7 +320,7 @@ func (br *budgetRun) begin(ctx context.Context, sc string) {
 		br.walAt, br.walErr = readWAL(ctx, br.pool)
 	}
 	if sc == scenarioCreate && br.gcErr == nil {
-		br.gcAt, br.gcErr = scrapeGC(ctx, br.apiURL)
+		br.gcAt, br.gcErr = scrapeAPI(ctx, http.DefaultClient, br.apiURL)
 	}
 }
 
@@ -390,10 +342,10 @@ func (br *budgetRun) end(ctx context.Context, sc string) {
 	case scenarioCreate:
 		br.createWins = append(br.createWins, w)
 		if br.gcErr == nil {
-			var g gcStats
-			g, br.gcErr = scrapeGC(ctx, br.apiURL)
-			br.gc.cycles += g.cycles - br.gcAt.cycles
-			br.gc.pauses += g.pauses - br.gcAt.pauses
+			var g sample
+			g, br.gcErr = scrapeAPI(ctx, http.DefaultClient, br.apiURL)
+			br.gc.gcCycles += g.gcCycles - br.gcAt.gcCycles
+			br.gc.gcPauses += g.gcPauses - br.gcAt.gcPauses
 			br.gcTime += time.Since(br.began)
 		}
 	}
@@ -410,12 +362,12 @@ func isFloorRoot(s tspan) bool { return !s.fromReceiver && s.name == "floor crea
 // meanwhile.
 func (br *budgetRun) print(w io.Writer, results []result) {
 	lat := func(sc string) []time.Duration {
-		for _, r := range results {
-			if r.scenario == sc && r.clients == 1 {
-				return r.latencies
-			}
-		}
-		return nil
+		r, _ := findResult(results, sc, 1)
+		return r.latencies
+	}
+	rate := func(sc string) float64 {
+		r, _ := findResult(results, sc, 1)
+		return r.throughput()
 	}
 	var api, floor []tspan
 	for _, s := range br.recv.sink.all() {
@@ -469,7 +421,7 @@ func (br *budgetRun) print(w io.Writer, results []result) {
 		// Per request: the counts over the runs' time (warm-ups included)
 		// at the measured rate.
 		per := func(sc string, f func(walStats) float64) string {
-			n := f(br.wal[sc]) / br.run[sc].Seconds() / max(throughputOf(results, sc), 1e-9)
+			n := f(br.wal[sc]) / br.run[sc].Seconds() / max(rate(sc), 1e-9)
 			return strconv.FormatFloat(n, 'f', 2, 64)
 		}
 		each := func(sc string, f func(walStats) (float64, int64)) string {
@@ -489,10 +441,8 @@ func (br *budgetRun) print(w io.Writer, results []result) {
 		fmt.Fprintf(w, "(no WAL figures: %v)\n", br.walErr)
 	}
 	cpu := func(sc string, of func(cpuSample) time.Duration) string {
-		for _, r := range results {
-			if r.scenario == sc && r.clients == 1 && r.requests > 0 && of(r.cpu) >= 0 {
-				return us(of(r.cpu) / time.Duration(r.requests))
-			}
+		if r, ok := findResult(results, sc, 1); ok && r.requests > 0 && of(r.cpu) >= 0 {
+			return us(of(r.cpu) / time.Duration(r.requests))
 		}
 		return ""
 	}
@@ -519,17 +469,7 @@ func (br *budgetRun) print(w io.Writer, results []result) {
 		fmt.Fprintf(w, "  garbage collections: %v\n", br.gcErr)
 	case br.gcTime > 0:
 		fmt.Fprintf(w, "  garbage collections during the create runs (%s, warm-ups included; the API's /metrics): %.0f, one every %s, %s of stop-the-world pauses in all\n",
-			br.gcTime.Round(time.Millisecond), br.gc.cycles, (time.Duration(float64(br.gcTime) / max(1, br.gc.cycles))).Round(time.Millisecond),
-			us(time.Duration(br.gc.pauses*float64(time.Second))))
+			br.gcTime.Round(time.Millisecond), br.gc.gcCycles, (time.Duration(float64(br.gcTime) / max(1, br.gc.gcCycles))).Round(time.Millisecond),
+			us(time.Duration(br.gc.gcPauses*float64(time.Second))))
 	}
-}
-
-// throughputOf is the measured throughput of scenario sc at 1 client.
-func throughputOf(results []result, sc string) float64 {
-	for _, r := range results {
-		if r.scenario == sc && r.clients == 1 {
-			return r.throughput()
-		}
-	}
-	return 0
 }

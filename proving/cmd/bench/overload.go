@@ -56,6 +56,9 @@ type sample struct {
 	connsOpen  float64
 	connsLimit float64
 	reclaimed  float64
+	// gcCycles and gcPauses are the Go runtime's garbage collections so
+	// far and their stop-the-world pauses in seconds (the latency budget).
+	gcCycles, gcPauses float64
 }
 
 // openLoopResult is what one phase measured.
@@ -197,6 +200,10 @@ func scrapeAPI(ctx context.Context, hc *http.Client, base string) (sample, error
 			s.connsLimit = v
 		case "oncepay_http_connections_reclaimed_total":
 			s.reclaimed = v
+		case "go_gc_duration_seconds_count":
+			s.gcCycles = v
+		case "go_gc_duration_seconds_sum":
+			s.gcPauses = v
 		}
 	}
 	return s, sc.Err()
