@@ -114,6 +114,29 @@ func TestCancelByKeyOfASucceededPaymentRefundsIt(t *testing.T) {
 	}
 }
 
+// givenUpWhileUnknown makes an order whose payment under "pay-1" the
+// provider charged while its answer was lost, and gives it up under
+// "cancel-1" (cancel_requested): the payment is marked, its outcome still
+// unknown to the service. The provider's webhook would tell the service of
+// the charge before the cancel comes: it is held back (its deliveries go
+// nowhere), so the outcome stays unknown until a retry or the Recoverer
+// asks. It returns the order and the marked payment.
+func (b *testBundle) givenUpWhileUnknown(t *testing.T) (orderID, paymentID string) {
+	t.Helper()
+	orderID, _ = b.order(t, "o1")
+	if err := b.psp.SetWebhookURL("http://127.0.0.1:1/webhooks/psp"); err != nil {
+		t.Fatal(err)
+	}
+	b.faults(t, pspsim.Faults{DropNext: 1})
+	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
+	got := wantCancel(t, b.cancelByKey(t, "cancel-1", orderID, "pay-1"), http.StatusAccepted, "cancel_requested")
+	paymentID, _ = got["payment_id"].(string)
+	if _, err := uuid.Parse(paymentID); err != nil {
+		t.Fatalf("cancel = %v, want the payment it marked", got)
+	}
+	return orderID, paymentID
+}
+
 // The hard case: the provider charged but the answer was lost, and the
 // client gives up. The cancel marks the payment; the step that learns the
 // outcome (here the client's retry) records the charge, does not pay the
@@ -121,21 +144,7 @@ func TestCancelByKeyOfASucceededPaymentRefundsIt(t *testing.T) {
 func TestCancelByKeyWhileTheOutcomeIsUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	orderID, _ := b.order(t, "o1")
-	// The provider's webhook would tell the service of the charge before
-	// the cancel comes: it is held back (its deliveries go nowhere), so the
-	// outcome stays unknown until the client's retry asks.
-	if err := b.psp.SetWebhookURL("http://127.0.0.1:1/webhooks/psp"); err != nil {
-		t.Fatal(err)
-	}
-	b.faults(t, pspsim.Faults{DropNext: 1})
-	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
-
-	got := wantCancel(t, b.cancelByKey(t, "cancel-1", orderID, "pay-1"), http.StatusAccepted, "cancel_requested")
-	paymentID, _ := got["payment_id"].(string)
-	if paymentID == "" {
-		t.Fatalf("cancel = %v, want the payment it marked", got)
-	}
+	orderID, paymentID := b.givenUpWhileUnknown(t)
 	retry := b.pay(t, orderID, "pay-1", "pm_card_ok")
 	wantProblem(t, retry, http.StatusConflict, "payment_cancelled")
 	if s := b.do(t, "GET", "/v1/orders/"+orderID, acme, "", "").json(t)["status"]; s != "awaiting_payment" {
@@ -170,18 +179,8 @@ func TestCancelByKeyWhileTheOutcomeIsUnknown(t *testing.T) {
 func TestCancelByKeyCompensationThatCannotBeWritten(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	orderID, _ := b.order(t, "o1")
-	if err := b.psp.SetWebhookURL("http://127.0.0.1:1/webhooks/psp"); err != nil {
-		t.Fatal(err)
-	}
-	b.faults(t, pspsim.Faults{DropNext: 1})
-	wantProblem(t, b.pay(t, orderID, "pay-1", "pm_card_ok"), http.StatusServiceUnavailable, "payment_provider_unavailable")
-	got := wantCancel(t, b.cancelByKey(t, "cancel-1", orderID, "pay-1"), http.StatusAccepted, "cancel_requested")
-	paymentID, _ := got["payment_id"].(string)
-	pid, err := uuid.Parse(paymentID)
-	if err != nil {
-		t.Fatalf("cancel = %v, want the payment it marked", got)
-	}
+	orderID, paymentID := b.givenUpWhileUnknown(t)
+	pid := uuid.MustParse(paymentID)
 	tenant := uuid.MustParse(b.tenantID(t, "acme"))
 	ctx := context.Background()
 	providerKey := payments.ProviderKey(tenant, payments.OpRefund, idempotency.Key(payments.CompensationKeyPrefix+paymentID))
